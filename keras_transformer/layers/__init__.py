@@ -1,0 +1,23 @@
+"""The Transformer's layers, each built from the paper's equations."""
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.decoder import Decoder, DecoderLayer
+from keras_transformer.layers.encoder import Encoder, EncoderLayer
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masks import PaddingMask, attention_mask, causal_mask, padding_mask
+from keras_transformer.layers.positional_embedding import PositionalEmbedding, sinusoidal_encoding
+
+__all__ = [
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "MultiHeadAttention",
+    "PaddingMask",
+    "PositionalEmbedding",
+    "attention_mask",
+    "causal_mask",
+    "padding_mask",
+    "sinusoidal_encoding",
+]

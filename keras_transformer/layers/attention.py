@@ -1,0 +1,179 @@
+"""Multi-head scaled dot-product attention, written from section 3.2 of the paper."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.masks import attention_mask
+
+
+def masked_softmax(scores, mask):
+    """softmax(scores) over the last axis with masked scores filled by a large negative.
+
+    The fill happens in float32 whatever the compute dtype, so it is safe under float16 (where
+    -1e9 would overflow to -inf and a fully masked row would become NaN); masked keys get a weight
+    of exactly 0.
+
+    Args:
+        scores: `(batch, heads, query_length, key_length)`.
+        mask: bool, broadcastable to `scores`, True where attention is allowed; or None.
+
+    Returns:
+        attention weights shaped like `scores`, in the dtype of `scores`.
+    """
+    scores32 = ops.cast(scores, "float32")
+    if mask is not None:
+        scores32 = ops.where(mask, scores32, ops.cast(-1e9, "float32"))
+    return ops.cast(ops.softmax(scores32, axis=-1), scores.dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """softmax(Q K^T / sqrt(d_k) + mask) V over `num_heads` heads, then an output projection.
+
+    Queries, keys and values are projected to `d_model`, split into `num_heads` heads of
+    `d_k = d_model / num_heads`, attended per head, concatenated and projected back to `d_model`.
+
+    Key/value cache (for decoding):
+        - Cross-attention: `compute_key_value(encoder_output)` once per source gives
+          `(keys, values)`; pass it as `cache` with `cache_index=None` and `value=None`.
+        - Self-attention: start from zeros `(batch, num_heads, max_length, d_k)` twice; at step `t`
+          pass `cache=(keys, values), cache_index=t` and the new token(s) as `query`/`value`. The
+          new keys/values are written at `t` and the returned cache is the updated one. With
+          `use_causal_mask=True` slots after the current position are masked, so the fixed-size
+          cache keeps shapes static inside `tf.while_loop` and XLA.
+
+    Args:
+        num_heads: number of heads; must divide `d_model`.
+        d_model: model width.
+        dropout: dropout rate on the attention weights.
+
+    Call arguments:
+        query: `(batch, query_length, d_model)`.
+        value: `(batch, key_length, d_model)`, or None with a precomputed `cache`.
+        key: `(batch, key_length, d_model)`; defaults to `value`.
+        query_mask: optional bool `(batch, query_length)`, True for real queries.
+        key_mask: optional bool `(batch, key_length)`, True for real keys.
+        use_causal_mask: mask keys in each query's future (decoder self-attention).
+        cache: optional `(keys, values)`, each `(batch, num_heads, cache_length, d_k)`.
+        cache_index: position at which to write the new keys/values into `cache`.
+        return_attention_scores: also return the weights `(batch, num_heads, query_length,
+            key_length)`.
+        training: enables dropout.
+
+    Returns:
+        `(batch, query_length, d_model)`; then the attention weights if
+        `return_attention_scores`; then the updated cache if `cache_index` is given.
+
+    Example:
+        >>> attention = MultiHeadAttention(num_heads=2, d_model=8)
+        >>> x = np.random.rand(2, 5, 8).astype("float32")
+        >>> attention(x, x, use_causal_mask=True).shape
+        (2, 5, 8)
+    """
+
+    def __init__(self, num_heads: int, d_model: int, dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        # Outputs line up with the query positions, so an implicit padding mask rides through.
+        self.supports_masking = True
+        if d_model % num_heads:
+            raise ValueError(
+                f"num_heads ({num_heads}) must divide d_model ({d_model}) so that every head "
+                "gets d_k = d_model / num_heads dimensions"
+            )
+        self.num_heads = num_heads
+        self.d_model = d_model
+        self.d_k = d_model // num_heads
+        self.dropout = dropout
+        self.query_dense = keras.layers.Dense(d_model, name="query", dtype=self.dtype_policy)
+        self.key_dense = keras.layers.Dense(d_model, name="key", dtype=self.dtype_policy)
+        self.value_dense = keras.layers.Dense(d_model, name="value", dtype=self.dtype_policy)
+        self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
+        self.weights_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        self.query_dense.build(query_shape)
+        self.key_dense.build(key_shape)
+        self.value_dense.build(value_shape)
+        self.output_dense.build((*query_shape[:-1], self.d_model))
+        self.built = True
+
+    def _split_heads(self, x):
+        """`(batch, length, d_model)` -> `(batch, num_heads, length, d_k)`."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, length, self.num_heads, self.d_k))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def _merge_heads(self, x):
+        """`(batch, num_heads, length, d_k)` -> `(batch, length, d_model)`."""
+        x = ops.transpose(x, (0, 2, 1, 3))
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.d_model))
+
+    def compute_key_value(self, value, key=None):
+        """Projects and splits keys and values once, e.g. the encoder output for cross-attention.
+
+        Args:
+            value: `(batch, key_length, d_model)`.
+            key: `(batch, key_length, d_model)`; defaults to `value`.
+
+        Returns:
+            `(keys, values)`, each `(batch, num_heads, key_length, d_k)`.
+        """
+        key = value if key is None else key
+        return self._split_heads(self.key_dense(key)), self._split_heads(self.value_dense(value))
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        query_mask=None,
+        key_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        if cache is not None and cache_index is None:
+            keys, values = cache
+        else:
+            keys, values = self.compute_key_value(value, key)
+            if cache_index is not None:
+                start = (0, 0, cache_index, 0)
+                keys = ops.slice_update(cache[0], start, keys)
+                values = ops.slice_update(cache[1], start, values)
+        queries = self._split_heads(self.query_dense(query))
+        queries = queries * ops.cast(1.0 / math.sqrt(self.d_k), queries.dtype)
+        scores = ops.matmul(queries, ops.transpose(keys, (0, 1, 3, 2)))
+        mask = attention_mask(
+            ops.shape(queries)[2],
+            ops.shape(keys)[2],
+            query_mask=query_mask,
+            key_mask=key_mask,
+            use_causal_mask=use_causal_mask,
+            offset=0 if cache_index is None else cache_index,
+        )
+        weights = masked_softmax(scores, mask)
+        attended = ops.matmul(self.weights_dropout(weights, training=training), values)
+        output = self.output_dense(self._merge_heads(attended))
+        results = (output,)
+        if return_attention_scores:
+            results += (weights,)
+        if cache_index is not None:
+            results += ((keys, values),)
+        return results[0] if len(results) == 1 else results
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return (*query_shape[:-1], self.d_model)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_heads=self.num_heads, d_model=self.d_model, dropout=self.dropout)
+        return config

@@ -1,0 +1,63 @@
+"""The position-wise feed-forward network of section 3.3."""
+
+from __future__ import annotations
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class FeedForward(keras.layers.Layer):
+    """FFN(x) = activation(x W1 + b1) W2 + b2, applied to every position alike.
+
+    Args:
+        d_model: input and output width.
+        d_ff: inner width.
+        dropout: dropout rate on the inner activations.
+        activation: inner activation (the paper's ReLU by default).
+
+    Call arguments:
+        x: `(batch, length, d_model)`.
+        training: enables dropout.
+
+    Returns:
+        `(batch, length, d_model)`.
+
+    Example:
+        >>> FeedForward(d_model=8, d_ff=32)(np.zeros((2, 3, 8))).shape
+        (2, 3, 8)
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", **kwargs
+    ):
+        super().__init__(**kwargs)
+        # Outputs line up with the query positions, so an implicit padding mask rides through.
+        self.supports_masking = True
+        self.d_model = d_model
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.activation = activation
+        self.inner_dense = keras.layers.Dense(
+            d_ff, activation=activation, name="inner", dtype=self.dtype_policy
+        )
+        self.inner_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        self.inner_dense.build(input_shape)
+        self.output_dense.build((*input_shape[:-1], self.d_ff))
+        self.built = True
+
+    def call(self, x, training=None):
+        hidden = self.inner_dropout(self.inner_dense(x), training=training)
+        return self.output_dense(hidden)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.d_model)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout, activation=self.activation
+        )
+        return config

@@ -1,0 +1,98 @@
+"""Token embedding scaled by sqrt(d_model) plus the paper's sinusoidal positional encoding."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.layers.masks import PAD_ID, padding_mask
+
+
+def sinusoidal_encoding(max_length: int, d_model: int) -> np.ndarray:
+    """The encoding of section 3.5, interleaved: sin on even dimensions, cos on odd ones.
+
+    PE[pos, 2i] = sin(pos / 10000^(2i / d_model))
+    PE[pos, 2i + 1] = cos(pos / 10000^(2i / d_model))
+
+    Args:
+        max_length: number of positions.
+        d_model: encoding width.
+
+    Returns:
+        float32 array `(max_length, d_model)`.
+    """
+    positions = np.arange(max_length, dtype=np.float64)[:, None]
+    even_dims = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
+    angles = positions / np.power(10000.0, even_dims / d_model)
+    encoding = np.zeros((max_length, d_model), dtype=np.float64)
+    encoding[:, 0::2] = np.sin(angles)
+    encoding[:, 1::2] = np.cos(angles[:, : d_model // 2])
+    return encoding.astype(np.float32)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionalEmbedding(keras.layers.Layer):
+    """Embeds token ids and adds their positions' sinusoidal encoding.
+
+    Token id 0 is padding; the layer propagates a padding mask (`compute_mask`), although the
+    model passes masks explicitly to attention rather than relying on it.
+
+    Args:
+        vocab_size: number of token ids.
+        d_model: embedding width.
+        max_length: number of positions the encoding covers.
+
+    Call arguments:
+        token_ids: int tensor `(batch, length)`.
+        start_position: absolute position of the first token (cached decoding feeds one token
+            at a time); a scalar, default 0.
+
+    Returns:
+        `(batch, length, d_model)`:
+        embedding * sqrt(d_model) + PE[start_position + arange(length)].
+
+    Example:
+        >>> layer = PositionalEmbedding(vocab_size=100, d_model=16, max_length=32)
+        >>> layer(np.array([[5, 7, 0]])).shape
+        (1, 3, 16)
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_length: int, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.max_length = max_length
+        self.supports_masking = True
+        self.token_embedding = keras.layers.Embedding(
+            vocab_size, d_model, name="token_embedding", dtype=self.dtype_policy
+        )
+        self.encoding = sinusoidal_encoding(max_length, d_model)
+
+    def build(self, input_shape):
+        self.token_embedding.build(input_shape)
+        self.built = True
+
+    def call(self, token_ids, start_position=0):
+        length = ops.shape(token_ids)[1]
+        positions = ops.arange(length) + start_position
+        encoding = ops.take(ops.cast(self.encoding, self.compute_dtype), positions, axis=0)
+        embedded = self.token_embedding(token_ids) * ops.cast(
+            math.sqrt(self.d_model), self.compute_dtype
+        )
+        return embedded + encoding[None]
+
+    def compute_mask(self, token_ids, mask=None):
+        return padding_mask(token_ids, PAD_ID)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.d_model)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            vocab_size=self.vocab_size, d_model=self.d_model, max_length=self.max_length
+        )
+        return config
