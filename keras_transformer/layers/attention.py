@@ -14,8 +14,9 @@ def masked_softmax(scores, mask):
     """softmax(scores) over the last axis with masked scores filled by a large negative.
 
     The fill happens in float32 whatever the compute dtype, so it is safe under float16 (where
-    -1e9 would overflow to -inf and a fully masked row would become NaN); masked keys get a weight
-    of exactly 0.
+    -1e9 would overflow to -inf). Weights are then multiplied by the mask, as Keras' `Softmax`
+    does: masked keys get exactly 0, and a fully masked row (a padding query) gets all zeros
+    instead of a uniform distribution over padding.
 
     Args:
         scores: `(batch, heads, query_length, key_length)`.
@@ -25,9 +26,11 @@ def masked_softmax(scores, mask):
         attention weights shaped like `scores`, in the dtype of `scores`.
     """
     scores32 = ops.cast(scores, "float32")
-    if mask is not None:
-        scores32 = ops.where(mask, scores32, ops.cast(-1e9, "float32"))
-    return ops.cast(ops.softmax(scores32, axis=-1), scores.dtype)
+    if mask is None:
+        return ops.cast(ops.softmax(scores32, axis=-1), scores.dtype)
+    scores32 = ops.where(mask, scores32, ops.cast(-1e9, "float32"))
+    weights = ops.softmax(scores32, axis=-1) * ops.cast(mask, "float32")
+    return ops.cast(weights, scores.dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -1,0 +1,72 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.layers import Decoder, DecoderLayer
+
+D_MODEL, HEADS = 8, 2
+
+
+def numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+@pytest.fixture
+def batch():
+    rng = np.random.default_rng(0)
+    target = rng.normal(size=(2, 5, D_MODEL)).astype("float32")
+    encoder_output = rng.normal(size=(2, 6, D_MODEL)).astype("float32")
+    source_mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
+    return target, encoder_output, source_mask
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_step_by_step_equals_full_pass(batch, norm_first):
+    target, encoder_output, source_mask = batch
+    decoder = Decoder(
+        num_layers=2, d_model=D_MODEL, num_heads=HEADS, d_ff=16, norm_first=norm_first
+    )
+    full = numpy(decoder(target, encoder_output, source_mask=source_mask))
+    self_caches = decoder.initial_self_attention_caches(2, 5)
+    cross_caches = decoder.cross_attention_caches(encoder_output)
+    for step in range(5):
+        out, self_caches = decoder(
+            target[:, step : step + 1],
+            source_mask=source_mask,
+            self_attention_caches=self_caches,
+            cross_attention_caches=cross_caches,
+            cache_index=step,
+        )
+        np.testing.assert_allclose(numpy(out)[:, 0], full[:, step], atol=1e-5)
+
+
+def test_ignores_padded_source_and_future_targets(batch):
+    target, encoder_output, source_mask = batch
+    decoder = Decoder(num_layers=2, d_model=D_MODEL, num_heads=HEADS, d_ff=16)
+    out = numpy(decoder(target, encoder_output, source_mask=source_mask))
+    changed_source = encoder_output.copy()
+    changed_source[~source_mask] = 50.0
+    changed_target = target.copy()
+    changed_target[:, 3:] = -7.0
+    out_changed = numpy(decoder(changed_target, changed_source, source_mask=source_mask))
+    np.testing.assert_allclose(out[:, :3], out_changed[:, :3], atol=1e-5)
+
+
+def test_returns_cross_attention_weights_per_layer(batch):
+    target, encoder_output, source_mask = batch
+    decoder = Decoder(num_layers=2, d_model=D_MODEL, num_heads=HEADS, d_ff=16)
+    _, weights = decoder(
+        target, encoder_output, source_mask=source_mask, return_attention_scores=True
+    )
+    assert len(weights) == 2
+    for layer_weights in map(numpy, weights):
+        assert layer_weights.shape == (2, HEADS, 5, 6)
+        np.testing.assert_allclose(layer_weights.sum(-1), 1.0, atol=1e-6)
+        assert np.all(layer_weights[0, :, :, 4:] == 0.0)
+
+
+def test_config_round_trip():
+    decoder = Decoder(num_layers=2, d_model=D_MODEL, num_heads=HEADS, d_ff=16, dropout=0.1)
+    assert Decoder.from_config(decoder.get_config()).get_config() == decoder.get_config()
+    layer = DecoderLayer(d_model=D_MODEL, num_heads=HEADS, d_ff=16, norm_first=True)
+    assert DecoderLayer.from_config(layer.get_config()).get_config() == layer.get_config()

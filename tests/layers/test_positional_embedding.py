@@ -1,0 +1,53 @@
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.layers import PositionalEmbedding, sinusoidal_encoding
+
+
+@pytest.mark.parametrize(
+    "position, dim", [(0, 0), (0, 1), (3, 0), (3, 1), (7, 4), (7, 5), (50, 14)]
+)
+def test_encoding_matches_the_paper_formula(position, dim):
+    d_model = 16
+    encoding = sinusoidal_encoding(64, d_model)
+    angle = position / 10000 ** ((dim - dim % 2) / d_model)
+    expected = math.sin(angle) if dim % 2 == 0 else math.cos(angle)
+    assert encoding[position, dim] == pytest.approx(expected, abs=1e-6)
+
+
+def test_odd_width_keeps_the_interleaving():
+    encoding = sinusoidal_encoding(10, 7)
+    assert encoding.shape == (10, 7)
+    np.testing.assert_allclose(encoding[5, 6], math.sin(5 / 10000 ** (6 / 7)), atol=1e-6)
+
+
+def test_output_is_scaled_embedding_plus_encoding():
+    layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
+    ids = np.array([[3, 5, 7, 0]])
+    output = keras.ops.convert_to_numpy(layer(ids))
+    table = keras.ops.convert_to_numpy(layer.token_embedding.embeddings)
+    expected = table[ids] * math.sqrt(8) + sinusoidal_encoding(16, 8)[:4][None]
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+
+
+def test_start_position_shifts_the_encoding():
+    layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
+    ids = np.array([[3, 5, 7, 9]])
+    whole = keras.ops.convert_to_numpy(layer(ids))
+    last = keras.ops.convert_to_numpy(layer(ids[:, 3:], start_position=3))
+    np.testing.assert_allclose(last[:, 0], whole[:, 3], atol=1e-6)
+
+
+def test_propagates_the_padding_mask():
+    layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
+    mask = layer.compute_mask(np.array([[3, 5, 0, 0]]))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(mask), [[True, True, False, False]])
+
+
+def test_config_round_trip():
+    layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16, name="emb")
+    clone = PositionalEmbedding.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()

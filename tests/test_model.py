@@ -1,0 +1,178 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+
+VOCAB = 24
+
+
+def tiny_config(**changes):
+    values = dict(
+        source_vocab_size=VOCAB,
+        target_vocab_size=VOCAB,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_model=16,
+        num_heads=4,
+        d_ff=32,
+        dropout=0.0,
+        max_length=32,
+        label_smoothing=0.0,
+    )
+    values.update(changes)
+    return kt.TransformerConfig(**values)
+
+
+def logits_of(model, source, target):
+    return keras.ops.convert_to_numpy(model({"source_tokens": source, "target_tokens": target}))
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(0)
+    return kt.build_transformer(tiny_config())
+
+
+@pytest.fixture
+def batch():
+    source = np.array([[5, 6, 7, 0, 0], [8, 9, 10, 11, 12]])
+    target = np.array([[2, 13, 14, 0], [2, 15, 16, 17]])
+    return source, target
+
+
+def pad(tokens, extra):
+    return np.concatenate([tokens, np.zeros((tokens.shape[0], extra), tokens.dtype)], axis=1)
+
+
+def test_shapes_symbolic_and_eager(model, batch):
+    assert model.output_shape == (None, None, VOCAB)
+    assert [tensor.name for tensor in model.inputs] == ["source_tokens", "target_tokens"]
+    source, target = batch
+    assert logits_of(model, source, target).shape == (2, 4, VOCAB)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_appending_source_padding_changes_no_logit(batch, norm_first):
+    model = kt.build_transformer(tiny_config(norm_first=norm_first))
+    source, target = batch
+    real = target != 0
+    before = logits_of(model, source, target)
+    after = logits_of(model, pad(source, 3), target)
+    np.testing.assert_allclose(after[real], before[real], atol=1e-5)
+
+
+def test_appending_target_padding_changes_no_real_logit(model, batch):
+    source, target = batch
+    real = target != 0
+    before = logits_of(model, source, target)
+    after = logits_of(model, source, pad(target, 3))
+    np.testing.assert_allclose(after[:, :4][real], before[real], atol=1e-5)
+
+
+def test_source_padding_content_is_ignored(model, batch):
+    # Perturb what must be ignored: the embedding of padding positions, via a different pad row.
+    source, target = batch
+    before = logits_of(model, source, target)
+    embedding = model.get_layer("source_embedding").token_embedding
+    table = keras.ops.convert_to_numpy(embedding.embeddings)
+    changed = table.copy()
+    changed[0] += 3.0
+    embedding.embeddings.assign(changed)
+    try:
+        after = logits_of(model, source, target)
+    finally:
+        embedding.embeddings.assign(table)
+    real = target != 0
+    np.testing.assert_allclose(after[real], before[real], atol=1e-5)
+
+
+@pytest.mark.parametrize("position", [1, 2, 3])
+def test_changing_a_target_token_changes_no_earlier_logit(model, batch, position):
+    source, target = batch
+    target = np.array([[2, 13, 14, 15], [2, 15, 16, 17]])
+    before = logits_of(model, source, target)
+    changed = target.copy()
+    changed[:, position] = 20
+    after = logits_of(model, source, changed)
+    np.testing.assert_allclose(after[:, :position], before[:, :position], atol=1e-6)
+    assert np.abs(after[:, position:] - before[:, position:]).max() > 1e-4
+
+
+def test_shared_embeddings_use_one_matrix(batch):
+    model = kt.build_transformer(tiny_config(share_embeddings=True))
+    names = [layer.name for layer in model.layers]
+    assert "shared_embedding" in names and "source_embedding" not in names
+    source, target = batch
+    assert logits_of(model, source, target).shape == (2, 4, VOCAB)
+
+
+def compile_for_training(model, config, warmup_steps=100, scale=1.0):
+    model.compile(
+        optimizer=keras.optimizers.Adam(
+            kt.TransformerSchedule(config.d_model, warmup_steps, scale),
+            beta_1=0.9,
+            beta_2=0.98,
+            epsilon=1e-9,
+        ),
+        loss=kt.MaskedSparseCategoricalCrossentropy(config.label_smoothing),
+        metrics=[kt.MaskedAccuracy()],
+    )
+
+
+def test_keras_file_round_trip_gives_identical_logits(tmp_path, batch):
+    config = tiny_config(label_smoothing=0.1)
+    model = kt.build_transformer(config)
+    compile_for_training(model, config)
+    source, target = batch
+    model.train_on_batch({"source_tokens": source, "target_tokens": target}, target)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    np.testing.assert_array_equal(
+        logits_of(loaded, source, target), logits_of(model, source, target)
+    )
+    assert isinstance(loaded.loss, kt.MaskedSparseCategoricalCrossentropy)
+    assert loaded.loss.label_smoothing == 0.1
+    schedule = keras.saving.deserialize_keras_object(loaded.optimizer.get_config()["learning_rate"])
+    assert isinstance(schedule, kt.TransformerSchedule)
+    assert float(loaded.optimizer.learning_rate) == float(model.optimizer.learning_rate)
+
+
+def test_mixed_precision_trains_and_returns_float32_logits(batch):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        config = tiny_config()
+        model = kt.build_transformer(config)
+        compile_for_training(model, config)
+        source, target = batch
+        loss = model.train_on_batch({"source_tokens": source, "target_tokens": target}, target)
+        logits = model({"source_tokens": source, "target_tokens": target})
+        encoder_weights = model.get_layer("encoder").weights
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert np.isfinite(loss[0] if isinstance(loss, list) else loss)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    assert model.get_layer("encoder").compute_dtype == "float16"
+    assert all(weight.dtype == "float32" for weight in encoder_weights)
+
+
+@pytest.mark.slow
+def test_fit_learns_to_reverse_sequences():
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    config = tiny_config(d_model=32, d_ff=64)
+
+    def reverse_task(count):
+        source = rng.integers(4, VOCAB, size=(count, 6))
+        start = np.full((count, 1), 2)
+        end = np.full((count, 1), 3)
+        inputs = {"source_tokens": source, "target_tokens": np.hstack([start, source[:, ::-1]])}
+        return inputs, np.hstack([source[:, ::-1], end])
+
+    model = kt.build_transformer(config)
+    compile_for_training(model, config, warmup_steps=100, scale=1.0)
+    train_inputs, train_labels = reverse_task(3072)
+    model.fit(train_inputs, train_labels, batch_size=64, epochs=6, verbose=0)
+    test_inputs, test_labels = reverse_task(512)
+    _, accuracy = model.evaluate(test_inputs, test_labels, batch_size=128, verbose=0)
+    assert accuracy >= 0.95

@@ -1,0 +1,34 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import MaskedSparseCategoricalCrossentropy
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_equals_keras_crossentropy_over_real_tokens(smoothing):
+    rng = np.random.default_rng(0)
+    labels = np.array([[5, 2, 7, 0, 0], [1, 3, 3, 9, 4]])
+    logits = rng.normal(size=(2, 5, 10)).astype("float32")
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=smoothing)(labels, logits)
+    real = labels != 0
+    reference = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=smoothing)(
+        keras.ops.one_hot(labels[real], 10), logits[real]
+    )
+    np.testing.assert_allclose(float(loss), float(reference), rtol=1e-5)
+
+
+def test_padding_logits_do_not_matter():
+    rng = np.random.default_rng(1)
+    labels = np.array([[5, 2, 0, 0]])
+    logits = rng.normal(size=(1, 4, 10)).astype("float32")
+    loss = MaskedSparseCategoricalCrossentropy(0.1)
+    changed = logits.copy()
+    changed[:, 2:] = 100.0
+    assert float(loss(labels, logits)) == pytest.approx(float(loss(labels, changed)), rel=1e-6)
+
+
+def test_config_round_trip():
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1, pad_id=0)
+    clone = MaskedSparseCategoricalCrossentropy.from_config(loss.get_config())
+    assert clone.get_config() == loss.get_config()
