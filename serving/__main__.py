@@ -1,0 +1,14 @@
+"""`python -m serving --model_name NAME --model_base_path DIR --rest_api_port 8501 ...`"""
+
+import argparse
+import sys
+
+from serving.flags import add_server_flags
+from serving.server import serve
+
+parser = argparse.ArgumentParser(
+    prog="python -m serving",
+    description="Serve SavedModels over TF-Serving-compatible REST and gRPC APIs.",
+)
+add_server_flags(parser)
+sys.exit(serve(parser.parse_args()))

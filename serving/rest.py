@@ -1,0 +1,188 @@
+"""The REST API on aiohttp, routed and answered as TF Serving's `HttpRestApiHandler`.
+
+Every answer of the `/v1/` handler is JSON (`{"error": ...}` on failure, with TF's status ->
+HTTP mapping); other paths get a plain 404; the Prometheus page is served on its own path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import time
+from urllib.parse import unquote
+
+from aiohttp import web
+from google.protobuf import json_format
+
+from serving import examples, json_tensor
+from serving.errors import ServingError, invalid_argument
+from serving.monitoring import ServingMetrics
+from serving.prediction import Predictor
+
+_V1 = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
+_POST = re.compile(
+    r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
+    re.IGNORECASE,
+)
+_GET = re.compile(
+    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
+    re.IGNORECASE,
+)
+_ORIGIN = re.compile(r"https?://")
+_CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST, GET",
+    "Access-Control-Allow-Headers": "Content-Type",
+}
+_INT64_MAX = 2**63 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Route:
+    model: str
+    api: str  # predict | classify | regress | status | metadata
+    version: int | None
+    label: str | None
+
+
+def _parse_version(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if int(text) > _INT64_MAX:
+        raise invalid_argument(f"Failed to convert version: {text} to numeric.")
+    return int(text)
+
+
+class RestApi:
+    """Builds the aiohttp application.
+
+    Args:
+        predictor: runs requests.
+        metrics: the metrics to export (and record into).
+        prometheus_path: where the Prometheus page is served (`None`: not served).
+        timeout_seconds: requests that take longer answer 504.
+        cors: add TF Serving's CORS headers to every answer.
+        max_request_bytes: larger bodies answer 413.
+    """
+
+    def __init__(
+        self,
+        predictor: Predictor,
+        metrics: ServingMetrics,
+        prometheus_path: str | None = None,
+        timeout_seconds: float = 30.0,
+        cors: bool = False,
+        max_request_bytes: int = 64 << 20,
+    ):
+        self._predictor = predictor
+        self._metrics = metrics
+        self._prometheus_path = prometheus_path
+        self._timeout = timeout_seconds
+        self._cors = cors
+        self._max_request_bytes = max_request_bytes
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self._max_request_bytes)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if self._prometheus_path is not None and request.path == self._prometheus_path:
+            return web.Response(
+                body=self._metrics.render().encode(), headers={"Content-Type": "text/plain"}
+            )
+        path = request.raw_path
+        if not _V1.fullmatch(path):
+            raise web.HTTPNotFound()
+        headers = dict(_CORS_HEADERS) if self._cors else {}
+        if request.method == "OPTIONS":
+            status = 200 if _ORIGIN.search(request.headers.get("Origin", "")) else 400
+            return web.Response(status=status, headers=headers)
+
+        start = time.perf_counter()
+        model, api, error = "", "", None
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            headers["Content-Type"] = "application/json"
+            message = f"Request body exceeds the limit of {self._max_request_bytes} bytes"
+            return web.Response(status=413, body=json_tensor.error_body(message).encode(),
+                                headers=headers)
+        try:
+            route = self._route(request.method, path)
+            model, api = route.model, route.api
+            text = await asyncio.wait_for(self._answer(route, body), self._timeout)
+            status = 200
+        except ServingError as failure:
+            error = failure
+        except TimeoutError:
+            error = ServingError(
+                "DEADLINE_EXCEEDED", f"Request timed out after {self._timeout * 1000:g} ms"
+            )
+        if error is not None:
+            status, text = error.http_status, json_tensor.error_body(error.message)
+        self._predictor.record(model, api, "REST", error, time.perf_counter() - start)
+        headers["Content-Type"] = "application/json"
+        return web.Response(status=status, body=text.encode(), headers=headers)
+
+    @staticmethod
+    def _route(method: str, path: str) -> _Route:
+        """Matches the path as TF Serving does (case-insensitive, query string included)."""
+        match = None
+        if method == "POST":
+            match = _POST.fullmatch(path)
+        elif method == "GET":
+            match = _GET.fullmatch(path)
+        if match is None:
+            raise invalid_argument(f"Malformed request: {method} {path}")
+        name, version, label, verb = match.groups()
+        if method == "POST":
+            # TF matches the verb case-insensitively but dispatches on the exact lower-case word.
+            if verb not in ("predict", "classify", "regress"):
+                raise invalid_argument(f"Malformed request: {method} {path}")
+            api = verb
+        else:
+            api = "metadata" if verb == "metadata" else "status"
+        if not name:
+            raise invalid_argument("Missing model name in request.")
+        return _Route(
+            unquote(name), api, _parse_version(version), None if label is None else unquote(label)
+        )
+
+    async def _answer(self, route: _Route, body: bytes) -> str:
+        if route.api == "status":  # a label does not narrow the status (as in TF Serving)
+            status = self._predictor.manager.status(route.model, route.version)
+            return json_format.MessageToJson(status, always_print_fields_with_no_presence=True)
+        if route.api == "metadata":
+            return self._metadata(route.model, route.version, route.label)
+        doc = json_tensor.parse_request(body)
+        signature_name = json_tensor.signature_name(doc)
+        servable = self._predictor.servable(route.model, route.version, route.label)
+        key = signature_name or "serving_default"
+        if key not in servable.signatures:
+            raise invalid_argument(f'Serving signature name: "{key}" not found in signature def')
+        signature = servable.signatures[key]
+        if route.api == "predict":
+            inputs, request_format = json_tensor.predict_inputs(
+                doc, signature.inputs, signature_name
+            )
+            outputs = await self._predictor.run(servable, key, inputs, "Predict")
+            return json_tensor.predict_response(outputs, request_format)
+        serialized = examples.examples_from_json(doc, route.api)
+        self._metrics.example_counts.observe(len(serialized), route.model)
+        results = await examples.run(self._predictor, servable, signature, serialized, route.api)
+        return examples.results_json(results, route.api)
+
+    def _metadata(self, model: str, version: int | None, label: str | None) -> str:
+        servable = self._predictor.servable(model, version, label)
+        signature_defs = json_format.MessageToDict(
+            servable.signature_defs,
+            preserving_proto_field_name=True,
+            always_print_fields_with_no_presence=True,
+        )
+        return json.dumps({
+            "model_spec": {"name": model, "signature_name": "", "version": str(servable.version)},
+            "metadata": {"signature_def": signature_defs},
+        }, indent=1)
