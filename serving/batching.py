@@ -39,7 +39,7 @@ class BatchOptions:
     num_batch_threads: int = os.cpu_count() or 1
     thread_pool_name: str = "model_server_batch_threads"
     enable_large_batch_splitting: bool = False
-    max_execution_batch_size: int = 1000
+    max_execution_batch_size: int | None = None
     allowed_batch_sizes: tuple[int, ...] = ()
     pad_variable_length_inputs: bool = False
 
@@ -57,33 +57,34 @@ class BatchOptions:
                       "max_execution_batch_size"):
             if params.HasField(field):
                 values[field] = getattr(params, field).value
-        splitting = values.get("enable_large_batch_splitting", False)
-        max_batch_size = values.get("max_batch_size", cls.max_batch_size)
-        if not splitting or "max_execution_batch_size" not in values:
-            values["max_execution_batch_size"] = max_batch_size
-        options = cls(
+        return cls(
             **values,
             allowed_batch_sizes=tuple(params.allowed_batch_sizes),
             pad_variable_length_inputs=params.pad_variable_length_inputs,
         )
-        options._validate()
-        return options
 
-    def _validate(self) -> None:
+    @property
+    def execution_batch_size(self) -> int:
+        """The largest batch run at once (`max_execution_batch_size` only with splitting)."""
+        if self.enable_large_batch_splitting and self.max_execution_batch_size:
+            return self.max_execution_batch_size
+        return self.max_batch_size
+
+    def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_enqueued_batches", "num_batch_threads",
-                     "max_execution_batch_size"):
+                     "execution_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_execution_batch_size > self.max_batch_size:
+        if self.execution_batch_size > self.max_batch_size:
             raise ValueError("max_execution_batch_size must be <= max_batch_size")
         sizes = self.allowed_batch_sizes
         if sizes:
             if any(b <= a for a, b in itertools.pairwise(sizes)) or sizes[0] < 1:
                 raise ValueError(f"allowed_batch_sizes must be increasing: {list(sizes)}")
-            if sizes[-1] != self.max_execution_batch_size:
+            if sizes[-1] != self.execution_batch_size:
                 raise ValueError(
                     f"The last entry of allowed_batch_sizes ({sizes[-1]}) must equal "
-                    f"max_batch_size ({self.max_execution_batch_size})"
+                    f"max_batch_size ({self.execution_batch_size})"
                 )
 
 
@@ -217,7 +218,7 @@ class Batcher:
                 f"Task size {size} is larger than maximum input batch size "
                 f"{options.max_batch_size}"
             )
-        piece = options.max_execution_batch_size
+        piece = options.execution_batch_size
         if size <= piece:
             return await self._enqueue((servable, signature, api), inputs, size)
         starts = range(0, size, piece)
@@ -240,7 +241,7 @@ class Batcher:
         if queue is None:
             queue = self._queues[key] = _Queue()
             self._spawn(self._pump(key, queue))
-        if queue.rows + size > options.max_enqueued_batches * options.max_execution_batch_size:
+        if queue.rows + size > options.max_enqueued_batches * options.execution_batch_size:
             raise ServingError(
                 "UNAVAILABLE", "The batch scheduling queue to which this task was submitted is full"
             )
@@ -278,7 +279,7 @@ class Batcher:
     async def _wait_for_batch(self, queue: _Queue) -> None:
         loop = asyncio.get_running_loop()
         deadline = queue.tasks[0].enqueued_at + self.options.batch_timeout_micros / 1e6
-        while queue.rows < self.options.max_execution_batch_size:
+        while queue.rows < self.options.execution_batch_size:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
@@ -290,7 +291,7 @@ class Batcher:
 
     def _take(self, queue: _Queue) -> list[_Task]:
         tasks, rows = [], 0
-        while queue.tasks and rows + queue.tasks[0].size <= self.options.max_execution_batch_size:
+        while queue.tasks and rows + queue.tasks[0].size <= self.options.execution_batch_size:
             task = queue.tasks.popleft()
             queue.rows -= task.size
             if not task.future.done():  # skip requests whose caller already gave up

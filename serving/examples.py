@@ -17,7 +17,7 @@ from tensorflow.core.example import example_pb2, feature_pb2
 
 from serving.errors import invalid_argument
 from serving.json_tensor import debug_string, decode_b64, format_float, is_b64_object
-from serving.servable import Signature
+from serving.signatures import Signature
 
 _INT64 = (-(2**63), 2**63 - 1)
 Classification = list[tuple[str, float]]

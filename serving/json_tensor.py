@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from serving.errors import ServingError, invalid_argument
-from serving.servable import TensorInfo
+from serving.signatures import TensorInfo
 
 ROW, COLUMNAR = "row", "columnar"
 _B64 = "b64"
@@ -338,7 +338,7 @@ def _columnar_inputs(value: Any, inputs: Mapping[str, TensorInfo]) -> dict[str, 
         (name, info), = inputs.items()
         return {name: tensor_from_json(value, info.dtype)}
     tensors = {}
-    for name, info in inputs.items():
+    for name, info in sorted(inputs.items()):
         if name not in value:
             raise invalid_argument(f"Missing named input: {name} in 'inputs' object.")
         tensors[name] = tensor_from_json(value[name], info.dtype)

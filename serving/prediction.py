@@ -14,6 +14,7 @@ from serving.batching import Batcher, BatchOptions
 from serving.errors import ServingError, invalid_argument
 from serving.model_manager import ModelManager
 from serving.monitoring import ServingMetrics
+from serving.signatures import check_inputs
 
 Arrays = dict[str, np.ndarray]
 
@@ -63,14 +64,7 @@ class Predictor:
                 model run raised.
         """
         spec = servable.signature(signature)
-        expected, sent = set(spec.inputs), set(inputs)
-        if expected != sent:
-            raise invalid_argument(
-                f"input size does not match signature: {len(sent)}!={len(expected)} "
-                f"len({{{','.join(sorted(sent))}}}) != len({{{','.join(sorted(expected))}}}). "
-                f"Sent extra: {{{','.join(sorted(sent - expected))}}}. "
-                f"Missing but required: {{{','.join(sorted(expected - sent))}}}."
-            )
+        check_inputs(spec, inputs)
         for alias, array in inputs.items():
             if array.ndim and array.shape[0] > self._max_instances:
                 raise invalid_argument(

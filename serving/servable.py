@@ -5,7 +5,6 @@ Loads any TF2 SavedModel in TF Serving's layout; nothing here knows what the mod
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 
@@ -17,31 +16,13 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, prediction_log_pb2
 
 from serving.errors import ServingError, from_exception
+from serving.signatures import Signature, TensorInfo, check_inputs
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SIGNATURE = "serving_default"
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MAX_WARMUP_RECORDS = 1000
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorInfo:
-    """dtype (a `tensorflow.DataType` name such as `"DT_FLOAT"`) and shape (`None` = unknown
-    rank, `-1` = unknown size) of one signature input or output."""
-
-    dtype: str
-    shape: tuple[int, ...] | None
-
-
-@dataclasses.dataclass(frozen=True)
-class Signature:
-    """A SignatureDef: method name plus input and output aliases."""
-
-    name: str
-    method_name: str
-    inputs: dict[str, TensorInfo]
-    outputs: dict[str, TensorInfo]
 
 
 def _tensor_info(proto) -> TensorInfo:
@@ -103,7 +84,11 @@ class Servable:
         return self.signatures[key]
 
     def run(self, signature_name: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Runs one signature on numpy inputs (keys = input aliases); returns numpy outputs.
+        """Runs one signature on numpy inputs; returns numpy outputs.
+
+        Args:
+            signature_name: signature key (`""`: serving_default).
+            inputs: exactly the signature's inputs (callers check with `check_inputs`).
 
         Raises:
             ServingError: with the canonical code of whatever failed (usually INVALID_ARGUMENT).
@@ -112,13 +97,6 @@ class Servable:
         function = self._functions.get(signature.name)
         if function is None:
             raise ServingError("FAILED_PRECONDITION", f"Signature {signature.name} is not callable")
-        if set(inputs) != set(signature.inputs):
-            raise ServingError(
-                "INVALID_ARGUMENT",
-                f"input size does not match signature: {len(inputs)}!={len(signature.inputs)} "
-                f"len({{{','.join(sorted(inputs))}}}) != "
-                f"len({{{','.join(sorted(signature.inputs))}}})",
-            )
         try:
             tensors = {
                 alias: tf.constant(value, dtype=tf.as_dtype(
@@ -149,6 +127,7 @@ class Servable:
             if entry.WhichOneof("log_type") != "predict_log":
                 raise ValueError(f"Unsupported warmup record: {entry.WhichOneof('log_type')}")
             request = entry.predict_log.request
+            check_inputs(self.signature(request.model_spec.signature_name), request.inputs)
             inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
             self.run(request.model_spec.signature_name, inputs)
         log.info("Warmed up %s version %d with %d requests", self.name, self.version, count)
