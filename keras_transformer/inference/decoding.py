@@ -1,0 +1,246 @@
+"""Autoregressive decoding with a trained Transformer: cached greedy and beam search.
+
+The encoder runs once per source; the cross-attention keys/values of every decoder layer are
+computed once from its output (`Decoder.cross_attention_caches`); the self-attention keys/values
+grow by one position per generated token in fixed-size caches
+(`Decoder.initial_self_attention_caches` + `cache_index`), so each step costs one token's worth of
+decoder work. An uncached decoder, re-running the whole decoder on the prefix every step, is kept
+as the reference for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.inference.search import beam_search, greedy_search, write_column
+from keras_transformer.layers import padding_mask
+
+# Default room for the translation beyond the source length (capped at the model's max_length).
+DEFAULT_EXTRA_LENGTH = 50
+
+
+def _static_or_dynamic(tensor, axis: int):
+    """A dimension as a Python int when known at trace time (XLA needs static buffer sizes)."""
+    static = tensor.shape[axis]
+    return static if static is not None else tf.shape(tensor)[axis]
+
+
+class SequenceDecoder:
+    """Generates target token ids from source token ids with the layers of a built Transformer.
+
+    Methods run eagerly or inside `tf.function` (also with `jit_compile=True`); wrap them there
+    for speed. Padding (id 0) and START are never generated.
+
+    Args:
+        model: a model from `build_transformer` (its `source_embedding`/`target_embedding` or
+            `shared_embedding`, `encoder`, `decoder` and `logits` layers are used).
+        start_id: the decoder's first input.
+        end_id: the token that ends a translation.
+
+    Example:
+        >>> decoder = SequenceDecoder(model, start_id=2, end_id=3)
+        >>> tokens, scores = tf.function(decoder.beam_search)(source_tokens, beam_width=4)
+    """
+
+    def __init__(self, model: keras.Model, start_id: int, end_id: int):
+        layer_names = {layer.name for layer in model.layers}
+        if "shared_embedding" in layer_names:
+            self.source_embedding = self.target_embedding = model.get_layer("shared_embedding")
+        else:
+            self.source_embedding = model.get_layer("source_embedding")
+            self.target_embedding = model.get_layer("target_embedding")
+        self.encoder = model.get_layer("encoder")
+        self.decoder = model.get_layer("decoder")
+        self.to_logits = model.get_layer("logits")
+        self.max_length = self.target_embedding.max_length
+        self.start_id = start_id
+        self.end_id = end_id
+
+    def encode(self, source_tokens):
+        """Runs the encoder once.
+
+        Args:
+            source_tokens: int `(batch, source_length)`, 0 = padding.
+
+        Returns:
+            `(encoder_output, source_mask)`: `(batch, source_length, d_model)` and bool
+            `(batch, source_length)`.
+        """
+        source_mask = padding_mask(source_tokens)
+        embedded = self.source_embedding(source_tokens)
+        return self.encoder(embedded, padding_mask=source_mask, training=False), source_mask
+
+    def length_limits(self, source_tokens, max_length: int | None = None):
+        """How many tokens each row may generate, and the size of the decoding buffers.
+
+        Args:
+            source_tokens: int `(batch, source_length)`.
+            max_length: a fixed limit for every row; default: the row's source length +
+                `DEFAULT_EXTRA_LENGTH`, capped at the model's `max_length`, so that a sentence
+                gets the same limit alone or batched with longer ones.
+
+        Returns:
+            `(limits, buffer_length)`: int32 `(batch,)` and a scalar `>= max(limits)` (a Python
+            int when the source shape is static or `max_length` is given).
+        """
+        if max_length is not None:
+            if not 1 <= max_length <= self.max_length:
+                raise ValueError(
+                    f"max_length must be in [1, {self.max_length}] (the model's max_length), "
+                    f"got {max_length}"
+                )
+            return tf.fill((tf.shape(source_tokens)[0],), max_length), max_length
+        real_lengths = tf.reduce_sum(tf.cast(padding_mask(source_tokens), tf.int32), axis=1)
+        limits = tf.minimum(real_lengths + DEFAULT_EXTRA_LENGTH, self.max_length)
+        source_length = _static_or_dynamic(source_tokens, 1)
+        if isinstance(source_length, int):
+            return limits, min(source_length + DEFAULT_EXTRA_LENGTH, self.max_length)
+        return limits, tf.minimum(source_length + DEFAULT_EXTRA_LENGTH, self.max_length)
+
+    def _log_probs(self, logits):
+        """Next-token log-probabilities `(rows, vocab)` with padding and START ruled out."""
+        vocab = tf.range(tf.shape(logits)[-1])
+        banned = tf.logical_or(tf.equal(vocab, 0), tf.equal(vocab, self.start_id))
+        logits = tf.where(banned, float("-inf"), tf.cast(logits, tf.float32))
+        return tf.nn.log_softmax(logits, axis=-1)
+
+    def _cached_step(self, encoder_output, source_mask, rows, buffer_length):
+        """Step function and initial state (self-attention caches) for `search`."""
+        cross_caches = self.decoder.cross_attention_caches(encoder_output)
+
+        def step_fn(tokens, step, caches):
+            embedded = self.target_embedding(tokens[:, None], start_position=step)
+            decoded, caches = self.decoder(
+                embedded,
+                None,
+                source_mask=source_mask,
+                self_attention_caches=caches,
+                cross_attention_caches=cross_caches,
+                cache_index=step,
+                training=False,
+            )
+            return self._log_probs(self.to_logits(decoded)[:, 0]), caches
+
+        return step_fn, self.decoder.initial_self_attention_caches(rows, buffer_length)
+
+    def _uncached_step(self, encoder_output, source_mask, rows, buffer_length):
+        """Step function re-running the decoder on the whole prefix; the state is the prefix."""
+
+        def step_fn(tokens, step, prefix):
+            prefix = write_column(prefix, step, tokens)
+            decoded = self.decoder(
+                self.target_embedding(prefix[:, : step + 1]),
+                encoder_output,
+                source_mask=source_mask,
+                training=False,
+            )
+            return self._log_probs(self.to_logits(decoded[:, -1])), prefix
+
+        return step_fn, tf.zeros((rows, buffer_length), tf.int32)
+
+    def greedy(
+        self,
+        source_tokens,
+        max_length: int | None = None,
+        alpha: float = 0.0,
+        stop_at_end: bool = True,
+        use_cache: bool = True,
+    ):
+        """Greedy decoding.
+
+        Args:
+            source_tokens: int `(batch, source_length)`, 0 = padding.
+            max_length: see `length_limits`.
+            alpha: length-penalty exponent for the scores (does not change greedy choices).
+            stop_at_end: False decodes exactly the length limit (benchmarks).
+            use_cache: False re-runs the decoder on the whole prefix every step (reference).
+
+        Returns:
+            `(tokens, scores)`: int32 `(batch, buffer_length)` without START and END, 0-padded;
+            float32 `(batch,)` log-probabilities divided by the length penalty.
+        """
+        source_tokens = tf.cast(source_tokens, tf.int32)
+        limits, buffer_length = self.length_limits(source_tokens, max_length)
+        encoder_output, source_mask = self.encode(source_tokens)
+        make_step = self._cached_step if use_cache else self._uncached_step
+        step_fn, state = make_step(
+            encoder_output, source_mask, tf.shape(source_tokens)[0], buffer_length
+        )
+        return greedy_search(
+            step_fn, state, self.start_id, self.end_id, limits, buffer_length, alpha, stop_at_end
+        )
+
+    def beam_search(
+        self,
+        source_tokens,
+        beam_width: int = 4,
+        alpha: float = 0.6,
+        max_length: int | None = None,
+        stop_at_end: bool = True,
+        use_cache: bool = True,
+    ):
+        """Beam search with the GNMT length penalty (see `search.beam_search`).
+
+        Args:
+            source_tokens: int `(batch, source_length)`, 0 = padding.
+            beam_width: prefixes kept per source.
+            alpha: length-penalty exponent.
+            max_length: see `length_limits`.
+            stop_at_end: False searches up to the length limit (benchmarks).
+            use_cache: False re-runs the decoder on the whole prefix every step (reference).
+
+        Returns:
+            `(tokens, scores)` of the best hypothesis, as for `greedy`.
+        """
+        source_tokens = tf.cast(source_tokens, tf.int32)
+        limits, buffer_length = self.length_limits(source_tokens, max_length)
+        encoder_output, source_mask = self.encode(source_tokens)
+        # Row b * beam + k is beam k of source b.
+        encoder_output = tf.repeat(encoder_output, beam_width, axis=0)
+        source_mask = tf.repeat(source_mask, beam_width, axis=0)
+        make_step = self._cached_step if use_cache else self._uncached_step
+        step_fn, state = make_step(
+            encoder_output, source_mask, tf.shape(encoder_output)[0], buffer_length
+        )
+        return beam_search(
+            step_fn, state, self.start_id, self.end_id, limits, buffer_length, beam_width, alpha,
+            stop_at_end,
+        )
+
+    def decode(
+        self,
+        source_tokens,
+        beam_width: int = 1,
+        alpha: float = 0.6,
+        max_length: int | None = None,
+    ):
+        """Greedy decoding for `beam_width=1` (the same result, cheaper), else beam search."""
+        if beam_width < 1:
+            raise ValueError(f"beam_width must be a positive integer, got {beam_width}")
+        if beam_width == 1:
+            return self.greedy(source_tokens, max_length=max_length, alpha=alpha)
+        return self.beam_search(source_tokens, beam_width, alpha, max_length)
+
+    def cross_attention(self, source_tokens, target_tokens):
+        """Cross-attention weights of every decoder layer for a given translation.
+
+        Args:
+            source_tokens: int `(batch, source_length)`, 0 = padding.
+            target_tokens: int `(batch, target_length)`: START then the translation, 0-padded.
+
+        Returns:
+            float32 `(batch, num_layers, num_heads, target_length, source_length)`.
+        """
+        source_tokens = tf.cast(source_tokens, tf.int32)
+        target_tokens = tf.cast(target_tokens, tf.int32)
+        encoder_output, source_mask = self.encode(source_tokens)
+        _, weights = self.decoder(
+            self.target_embedding(target_tokens),
+            encoder_output,
+            source_mask=source_mask,
+            target_mask=padding_mask(target_tokens),
+            return_attention_scores=True,
+            training=False,
+        )
+        return tf.cast(tf.stack(weights, axis=1), tf.float32)

@@ -1,0 +1,161 @@
+"""Greedy and beam search on hand-made Markov chains, where the right answer can be worked out."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.inference.search import beam_search, greedy_search, length_penalty
+
+START, END = 2, 3
+
+
+def markov_step(tables):
+    """Step function whose next-token log-probs depend only on the previous token.
+
+    `tables` is `(batch, vocab, vocab)` log-probabilities, one chain per source; the state is each
+    row's source index (beam search repeats it per beam and gathers it like a cache).
+    """
+    tables = tf.constant(tables, tf.float32)
+
+    def step_fn(tokens, step, rows):
+        return tf.gather_nd(tables, tf.stack([rows, tokens], axis=1)), rows
+
+    return step_fn
+
+
+def random_tables(batch, vocab, seed):
+    """Random chains that never emit padding (0) or START, like the real decoder."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(scale=2.0, size=(batch, vocab, vocab))
+    logits[:, :, [0, START]] = -np.inf
+    return logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+
+
+def exhaustive_best(table, limit, alpha):
+    """Best hypothesis by log P / lp(|Y|): sequences ending in END, or reaching the limit."""
+    best = (-math.inf, None)
+    tokens = [t for t in range(table.shape[0]) if np.isfinite(table[START, t])]
+    for length in range(1, limit + 1):
+        for sequence in itertools.product(tokens, repeat=length):
+            if END in sequence[:-1] or (length < limit and sequence[-1] != END):
+                continue
+            previous, log_prob = START, 0.0
+            for token in sequence:
+                log_prob += table[previous, token]
+                previous = token
+            score = log_prob / ((5 + length) / 6) ** alpha
+            if score > best[0]:
+                best = (score, [t for t in sequence if t != END])
+    return best
+
+
+def run_beam(tables, limits, beam_width, alpha, max_length):
+    batch = len(tables)
+    rows = tf.repeat(tf.range(batch), beam_width)
+    tokens, scores = beam_search(
+        markov_step(tables), rows, START, END, limits, max_length, beam_width, alpha
+    )
+    return tokens.numpy(), scores.numpy()
+
+
+def run_greedy(tables, limits, alpha, max_length, stop_at_end=True):
+    tokens, scores = greedy_search(
+        markov_step(tables), tf.range(len(tables)), START, END, limits, max_length, alpha,
+        stop_at_end,
+    )
+    return tokens.numpy(), scores.numpy()
+
+
+def test_length_penalty_is_the_gnmt_formula():
+    lengths = np.array([1, 3, 10])
+    for alpha in (0.0, 0.6, 1.0):
+        np.testing.assert_allclose(
+            length_penalty(lengths, alpha).numpy(), ((5 + lengths) / 6) ** alpha, rtol=1e-6
+        )
+
+
+def test_length_penalty_flips_the_ranking_where_the_formula_says():
+    # Two complete hypotheses: "4 END" (short, likelier) and "5 6 END" (long).
+    probabilities = np.zeros((7, 7))
+    probabilities[START, [4, 5]] = [0.55, 0.45]
+    probabilities[4, [END, 5, 6]] = [0.9, 0.05, 0.05]
+    probabilities[5, [6, END, 5]] = [0.95, 0.025, 0.025]
+    probabilities[6, [END, 5, 6]] = [0.95, 0.025, 0.025]
+    with np.errstate(divide="ignore"):
+        table = np.log(probabilities)
+    short = table[START, 4] + table[4, END]
+    long = table[START, 5] + table[5, 6] + table[6, END]
+    # short / lp(2) = long / lp(3)  <=>  (8 / 7) ** alpha = long / short
+    threshold = math.log(long / short) / math.log(8 / 7)
+    assert 1.0 < threshold < 3.0
+    for alpha, expected, log_prob, length in (
+        (threshold - 0.2, [4], short, 2),
+        (threshold + 0.2, [5, 6], long, 3),
+    ):
+        tokens, scores = run_beam(table[None], [3], beam_width=2, alpha=alpha, max_length=3)
+        assert tokens[0].tolist() == expected + [0] * (3 - len(expected))
+        assert scores[0] == pytest.approx(log_prob / ((5 + length) / 6) ** alpha, rel=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_wide_beam_without_length_penalty_finds_the_exact_best(seed):
+    tables = random_tables(batch=4, vocab=6, seed=seed)
+    tokens, scores = run_beam(tables, [3, 3, 3, 3], beam_width=12, alpha=0.0, max_length=3)
+    for row, table in enumerate(tables):
+        best_score, best_tokens = exhaustive_best(table, limit=3, alpha=0.0)
+        assert scores[row] == pytest.approx(best_score, rel=1e-5)
+        assert tokens[row].tolist() == best_tokens + [0] * (3 - len(best_tokens))
+
+
+def test_greedy_follows_the_most_likely_token_and_scores_it():
+    tables = random_tables(batch=3, vocab=6, seed=7)
+    limits = [5, 2, 4]
+    tokens, scores = run_greedy(tables, limits, alpha=0.6, max_length=5)
+    for row, table in enumerate(tables):
+        previous, log_prob, expected = START, 0.0, []
+        while len(expected) < limits[row]:
+            token = int(np.argmax(table[previous]))
+            log_prob += table[previous, token]
+            expected.append(token)
+            if token == END:
+                break
+            previous = token
+        lp = ((5 + len(expected)) / 6) ** 0.6
+        assert scores[row] == pytest.approx(log_prob / lp, rel=1e-5)
+        written = [t for t in expected if t != END]
+        assert tokens[row].tolist() == written + [0] * (5 - len(written))
+
+
+def test_greedy_without_stopping_decodes_up_to_each_limit():
+    table = np.full((6, 6), -np.inf)
+    table[:, END] = 0.0  # END is certain at every step
+    tokens, _ = run_greedy(np.stack([table, table]), [4, 2], 0.0, 4, stop_at_end=False)
+    assert tokens.tolist() == [[END] * 4, [END] * 2 + [0] * 2]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_beam_of_one_is_greedy(alpha):
+    tables = random_tables(batch=16, vocab=6, seed=3)
+    limits = np.arange(16) % 6 + 1
+    greedy_tokens, greedy_scores = run_greedy(tables, limits, alpha, max_length=6)
+    beam_tokens, beam_scores = run_beam(tables, limits, 1, alpha, max_length=6)
+    np.testing.assert_array_equal(beam_tokens, greedy_tokens)
+    np.testing.assert_allclose(beam_scores, greedy_scores, rtol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [0.6, 3.0])
+def test_a_row_gets_the_same_result_alone_or_batched(alpha):
+    # A strong length penalty rewards going on, so a row that kept searching after it was done
+    # (because a longer row in its batch was not) would find a different answer.
+    tables = random_tables(batch=6, vocab=6, seed=11)
+    with np.errstate(divide="ignore"):
+        tables[1] = np.log([[0, 0.01, 0, 0.01, 0.97, 0.01]] * 6)  # "4 4 4 ..." nearly surely
+    limits = np.array([6, 2, 5, 3, 6, 1])
+    batched = run_beam(tables, limits, beam_width=3, alpha=alpha, max_length=6)
+    for row in range(6):
+        alone = run_beam(tables[row : row + 1], limits[row : row + 1], 3, alpha, max_length=6)
+        np.testing.assert_array_equal(alone[0][0], batched[0][row])
+        assert alone[1][0] == pytest.approx(batched[1][row], rel=1e-6)
