@@ -1,0 +1,190 @@
+"""WordPiece vocabularies learned from a corpus, and the source/target tokenizer pair on disk."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import tensorflow as tf
+from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as vocab_builder
+
+from keras_transformer.text.data import ParallelCorpus
+from keras_transformer.text.tokenizer import (
+    RESERVED_TOKENS,
+    SubwordTokenizer,
+    normalize_text,
+)
+
+# The builder walks the data set in Python; batches of sentences make that walk ~100x faster.
+_COUNT_BATCH = 1024
+_SHARED, _SOURCE, _TARGET = "shared", "source", "target"
+
+
+def build_vocabulary(
+    sentences: Sequence[str],
+    *,
+    vocab_size: int = 8000,
+    lower_case: bool = False,
+    min_count: int = 2,
+    name: str = "text",
+) -> list[str]:
+    """Learns a WordPiece vocabulary with tensorflow-text's BERT vocabulary builder.
+
+    The builder binary-searches a count threshold for sub-words; `min_count` is the lowest
+    threshold it may try (the builder's `lower_thresh`), so it bounds the vocabulary from below
+    more than `vocab_size` does. The builder can overshoot `vocab_size`; the rarest multi-character
+    pieces are then dropped, never single characters, so every word seen stays spellable.
+    Prints a progress line to stderr.
+
+    Args:
+        sentences: Training sentences of one language (or both, for a shared vocabulary).
+        vocab_size: Maximum number of tokens, reserved tokens included.
+        lower_case: Lower-case the text first (must match the tokenizer's setting).
+        min_count: Sub-words seen fewer times are never added.
+        name: Label for the progress line, e.g. the language code.
+
+    Returns:
+        The tokens: `RESERVED_TOKENS` first, then characters, then sub-words by frequency.
+
+    Raises:
+        ValueError: If `sentences` is empty or `vocab_size` cannot hold the characters.
+    """
+    if not sentences:
+        raise ValueError(f"cannot build a vocabulary ({name}) from no sentences")
+    print(f"building vocabulary ({name}): {len(sentences):,} sentences ... ", end="",
+          file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(list(sentences))
+        .batch(_COUNT_BATCH)
+        .map(lambda batch: normalize_text(batch, lower_case))
+    )
+    tokens = vocab_builder.bert_vocab_from_dataset(
+        dataset,
+        vocab_size=vocab_size,
+        reserved_tokens=list(RESERVED_TOKENS),
+        bert_tokenizer_params={"lower_case": False},
+        learn_params={"lower_thresh": min_count},
+    )
+    tokens = _fit_to_size(tokens, vocab_size)
+    elapsed = time.perf_counter() - start
+    print(f"done in {elapsed:.1f} s, {len(tokens):,} tokens", file=sys.stderr, flush=True)
+    return tokens
+
+
+def _fit_to_size(tokens: list[str], vocab_size: int) -> list[str]:
+    """Drops the rarest multi-character pieces until `tokens` has at most `vocab_size` entries."""
+    if len(tokens) <= vocab_size:
+        return tokens
+    required = {t for t in tokens if t in RESERVED_TOKENS or len(t.removeprefix("##")) == 1}
+    if len(required) > vocab_size:
+        raise ValueError(
+            f"vocab_size={vocab_size} is smaller than the {len(required)} reserved and "
+            "single-character tokens this corpus needs"
+        )
+    # The builder lists sub-words by decreasing count, so the first ones are the ones to keep.
+    optional = [t for t in tokens if t not in required][: vocab_size - len(required)]
+    keep = required.union(optional)
+    return [t for t in tokens if t in keep]
+
+
+def build_tokenizers(
+    corpus: ParallelCorpus,
+    directory: str | os.PathLike,
+    *,
+    vocab_size: int = 8000,
+    lower_case: bool = False,
+    shared: bool = False,
+    min_count: int = 2,
+    source_name: str = "source",
+    target_name: str = "target",
+) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    """Learns vocabularies from a training corpus, saves them and returns the tokenizers.
+
+    Writes `directory/source/` and `directory/target/`, or only `directory/shared/` when one
+    vocabulary covers both languages (for shared embeddings); `load_tokenizers` reads either.
+
+    Args:
+        corpus: Training pairs.
+        directory: Where to save the tokenizers (created if missing).
+        vocab_size: Maximum tokens per vocabulary.
+        lower_case: Lower-case all text.
+        shared: Learn one vocabulary over both languages; the same tokenizer is returned twice.
+        min_count: See `build_vocabulary`.
+        source_name: Progress-line label of the source language, e.g. "en".
+        target_name: Progress-line label of the target language, e.g. "de".
+
+    Returns:
+        `(source_tokenizer, target_tokenizer)`.
+    """
+    options = {"vocab_size": vocab_size, "lower_case": lower_case, "min_count": min_count}
+    if shared:
+        both = [*corpus.sources, *corpus.targets]
+        tokens = build_vocabulary(both, name=f"{source_name}+{target_name}", **options)
+        return tokenizers_from_vocabularies(directory, tokens, None, lower_case=lower_case)
+    return tokenizers_from_vocabularies(
+        directory,
+        build_vocabulary(corpus.sources, name=source_name, **options),
+        build_vocabulary(corpus.targets, name=target_name, **options),
+        lower_case=lower_case,
+    )
+
+
+def tokenizers_from_vocabularies(
+    directory: str | os.PathLike,
+    source_tokens: list[str],
+    target_tokens: list[str] | None,
+    *,
+    lower_case: bool = False,
+) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    """Saves vocabularies in the layout `load_tokenizers` reads and returns the tokenizers.
+
+    Args:
+        directory: Where to save (created if missing).
+        source_tokens: Source vocabulary, or the shared one.
+        target_tokens: Target vocabulary; `None` shares `source_tokens` between both sides.
+        lower_case: Whether the vocabularies were built from lower-cased text.
+
+    Returns:
+        `(source_tokenizer, target_tokenizer)`; the same object twice when shared.
+    """
+    directory = Path(directory)
+    if target_tokens is None:
+        tokenizer = SubwordTokenizer.from_tokens(
+            source_tokens, directory / _SHARED, lower_case=lower_case, name=_SHARED
+        )
+        return tokenizer, tokenizer
+    return (
+        SubwordTokenizer.from_tokens(
+            source_tokens, directory / _SOURCE, lower_case=lower_case, name=_SOURCE
+        ),
+        SubwordTokenizer.from_tokens(
+            target_tokens, directory / _TARGET, lower_case=lower_case, name=_TARGET
+        ),
+    )
+
+
+def load_tokenizers(directory: str | os.PathLike) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    """Loads the pair written by `build_tokenizers`.
+
+    Returns:
+        `(source_tokenizer, target_tokenizer)`; the same object twice for a shared vocabulary.
+
+    Raises:
+        ValueError: If `directory` holds both a shared and a per-language vocabulary.
+    """
+    directory = Path(directory)
+    if (directory / _SHARED).is_dir() and (directory / _SOURCE).is_dir():
+        raise ValueError(
+            f"{directory} holds both '{_SHARED}/' and '{_SOURCE}/' tokenizers; remove one"
+        )
+    if (directory / _SHARED).is_dir():
+        tokenizer = SubwordTokenizer.load(directory / _SHARED, name=_SHARED)
+        return tokenizer, tokenizer
+    return (
+        SubwordTokenizer.load(directory / _SOURCE, name=_SOURCE),
+        SubwordTokenizer.load(directory / _TARGET, name=_TARGET),
+    )
