@@ -1,0 +1,148 @@
+"""`Translator`: strings in, translations out, as a `tf.Module` ready for `tf.saved_model.save`.
+
+Tokenizers, the model's weights and the decoding loop all live in the graph, so a SavedModel of a
+`Translator` runs in stock TensorFlow (plus the tensorflow-text ops) with no project code:
+
+    import tensorflow_text  # registers the tokenizer ops
+    translator = tf.saved_model.load("models/translator/1")
+    translator.signatures["serving_default"](text=tf.constant(["Ein Mann fährt Fahrrad."]))
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.inference.decoding import SequenceDecoder
+
+SERVING_SIGNATURE = "serving_default"
+TOKENS_SIGNATURE = "translate_tokens"
+ATTENTION_SIGNATURE = "attention"
+
+
+def _trim_padding(tokens):
+    """Drops the columns that are padding in every row: `(batch, length)` -> `(batch, longest)`."""
+    lengths = tf.reduce_sum(tf.cast(tokens != 0, tf.int32), axis=1)
+    return tokens[:, : tf.reduce_max(tf.concat([lengths, [0]], axis=0))]
+
+
+class Translator(tf.Module):
+    """Tokenize, decode (greedy or beam search) and detokenize in one TensorFlow graph.
+
+    Decoding options are fixed when the translator is built (and hence at export time).
+    Outputs are float32/int64/string only, which TF Serving can write as JSON, whatever the
+    model's dtype policy.
+
+    Args:
+        model: a model from `build_transformer`.
+        source_tokenizer: tokenizer `tf.Module` of the source language (`tokenize`).
+        target_tokenizer: tokenizer `tf.Module` of the target language (`detokenize`, `lookup`,
+            `start_id`, `end_id`).
+        beam_width: 1 for greedy decoding, more for beam search.
+        alpha: GNMT length-penalty exponent (scores, and beam rankings).
+        max_length: most target tokens per sentence; default source length + 50, capped at the
+            model's `max_length`.
+
+    Example:
+        >>> translator = Translator(run.model, run.source_tokenizer, run.target_tokenizer)
+        >>> translator.translate(tf.constant(["Ein Mann fährt Fahrrad."]))["translation"]
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        source_tokenizer: tf.Module,
+        target_tokenizer: tf.Module,
+        beam_width: int = 4,
+        alpha: float = 0.6,
+        max_length: int | None = None,
+    ):
+        super().__init__(name="translator")
+        if beam_width < 1:
+            raise ValueError(f"beam_width must be a positive integer, got {beam_width}")
+        self.model = model
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.beam_width = beam_width
+        self.alpha = alpha
+        self.max_length = max_length
+        self._decoder = SequenceDecoder(model, target_tokenizer.start_id, target_tokenizer.end_id)
+
+    def _source_tokens(self, text):
+        """Strings `(batch,)` -> int64 `(batch, source_length)`, 0-padded, trimmed to fit the
+        model's positional encoding."""
+        ids = self.source_tokenizer.tokenize(text)
+        return ids[:, : self._decoder.max_length].to_tensor(default_value=0, shape=None)
+
+    def _translate_ids(self, source_tokens):
+        tokens, scores = self._decoder.decode(
+            source_tokens, self.beam_width, self.alpha, self.max_length
+        )
+        tokens = tf.cast(_trim_padding(tokens), tf.int64)
+        return {
+            "translation": self.target_tokenizer.detokenize(tokens),
+            "score": scores,
+            "tokens": tokens,
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def translate(self, text):
+        """Translates sentences.
+
+        Args:
+            text: `tf.string` `(batch,)`.
+
+        Returns:
+            dict: `translation` string `(batch,)`; `score` float32 `(batch,)`, log-probability
+            over the length penalty; `tokens` int64 `(batch, length)`, target ids without
+            START/END, 0-padded.
+        """
+        return self._translate_ids(self._source_tokens(text))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="source_tokens")])
+    def translate_tokens(self, source_tokens):
+        """Translates pre-tokenized sentences: source ids `(batch, source_length)` as the source
+        tokenizer writes them (no START/END), 0-padded; outputs as for `translate`."""
+        return self._translate_ids(source_tokens[:, : self._decoder.max_length])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def attention(self, text):
+        """Translates sentences and returns the cross-attention weights behind each translation.
+
+        Args:
+            text: `tf.string` `(batch,)`.
+
+        Returns:
+            dict: `translation` string `(batch,)`; `attention` float32
+            `(batch, num_layers, num_heads, target_length, source_length)`, where row `i`
+            is the attention while producing `target_pieces[:, i]`; `source_pieces` string
+            `(batch, source_length)`; `target_pieces` string `(batch, target_length)`: the
+            generated word pieces then `[END]` (`[PAD]` pads both).
+        """
+        source_tokens = self._source_tokens(text)
+        outputs = self._translate_ids(source_tokens)
+        tokens = outputs["tokens"]
+        batch = tf.shape(tokens)[0]
+        start = tf.fill((batch, 1), tf.constant(self.target_tokenizer.start_id, tf.int64))
+        padded = tf.concat([tokens, tf.zeros((batch, 1), tf.int64)], axis=1)
+        lengths = tf.reduce_sum(tf.cast(tokens != 0, tf.int32), axis=1)
+        at_end = tf.range(tf.shape(padded)[1])[None] == lengths[:, None]
+        produced = tf.where(at_end, tf.constant(self.target_tokenizer.end_id, tf.int64), padded)
+        # A translation cut at the model's max_length has no END, and one position fewer.
+        rows = tf.minimum(tf.shape(padded)[1], self._decoder.max_length)
+        return {
+            "translation": outputs["translation"],
+            "attention": self._decoder.cross_attention(
+                source_tokens, tf.concat([start, tokens], axis=1)[:, :rows]
+            ),
+            "source_pieces": self.source_tokenizer.lookup(source_tokens),
+            "target_pieces": self.target_tokenizer.lookup(produced[:, :rows]),
+        }
+
+    def signatures(self) -> dict:
+        """The concrete functions to pass to `tf.saved_model.save(..., signatures=...)`."""
+        return {
+            SERVING_SIGNATURE: self.translate.get_concrete_function(),
+            TOKENS_SIGNATURE: self.translate_tokens.get_concrete_function(),
+            ATTENTION_SIGNATURE: self.attention.get_concrete_function(),
+        }
