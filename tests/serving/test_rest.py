@@ -1,13 +1,22 @@
 """The REST API over a real socket, against the contract and the in-process SavedModel."""
 
+import asyncio
 import base64
 import gzip
 import json
+from types import SimpleNamespace
 
+import aiohttp
 import numpy as np
 import pytest
 import requests
 import tensorflow as tf
+from aiohttp import web
+from serving_fixtures import free_port
+
+from serving.monitoring import ServingMetrics
+from serving.rest import RestApi
+from serving.signatures import Signature, TensorInfo
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +195,45 @@ def test_prometheus_page_counts_requests(url):
     assert int(ok_line.split()[-1]) >= 1
     assert ':tensorflow:serving:request_latency_bucket{model_name="translator",API="predict",' \
            'entrypoint="REST",le=' in page.text
+
+
+class SlowPredictor:
+    """A predictor whose model takes one second, to trip the REST timeout."""
+
+    manager = None
+
+    def __init__(self):
+        self.recorded = []
+
+    def servable(self, name, version=None, label=None):
+        signature = Signature("serving_default", "", {"text": TensorInfo("DT_STRING", (-1,))}, {})
+        return SimpleNamespace(signatures={"serving_default": signature})
+
+    async def run(self, servable, signature, inputs, api):
+        await asyncio.sleep(1.0)
+        return {"translation": inputs["text"]}
+
+    def record(self, model, api, entrypoint, error, seconds):
+        self.recorded.append((model, api, entrypoint, error.code if error else "OK"))
+
+
+def test_slow_requests_answer_504():
+    predictor = SlowPredictor()
+    api = RestApi(predictor, ServingMetrics(), timeout_seconds=0.2)
+    port = free_port()
+
+    async def main():
+        runner = web.AppRunner(api.app())
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with aiohttp.ClientSession() as session, session.post(
+                f"http://127.0.0.1:{port}/v1/models/m:predict", json={"instances": ["a"]}
+            ) as response:
+                return response.status, await response.json()
+        finally:
+            await runner.cleanup()
+
+    status, body = asyncio.run(main())
+    assert status == 504 and body == {"error": "Request timed out after 200 ms"}
+    assert predictor.recorded == [("m", "predict", "REST", "DEADLINE_EXCEEDED")]

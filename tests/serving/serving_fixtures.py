@@ -1,0 +1,152 @@
+"""Helpers for the serving tests (and for trying `bench/serve.py`): small SavedModels written with
+`tf.Module`, and model servers started as subprocesses on free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_fixture_module(tag: str, heavy_steps: int = 0):
+    """A translator stand-in: `text` -> words reversed plus `tag`, a score, word lengths.
+
+    Signatures: `serving_default` (string in; `translation`, `score`, `tokens` out), `typed`
+    (float / bool / int64 inputs, a `_bytes` output), `ids` (int32 ids -> one float output),
+    `classify` and `regress` (serialized tf.Examples with a float feature `x`). With
+    `heavy_steps`, `serving_default` also runs that many 256x256 matmuls per call, like a
+    decoder's per-step cost, so batching has something to save.
+    """
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    class FixtureModel(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.tag = tf.Variable(tag)
+            self.scale = tf.Variable(0.5)
+            self.tokenizer = tf_text.WhitespaceTokenizer()
+            self.weights = tf.Variable(tf.eye(256) * 0.9)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        def translate(self, text):
+            words = self.tokenizer.tokenize(text)
+            reversed_words = tf.strings.reduce_join(words[:, ::-1], axis=1, separator=" ")
+            score = self.scale * tf.cast(words.row_lengths(), tf.float32)
+            if heavy_steps:
+                state = tf.ones([tf.shape(text)[0], 256])
+                for _ in tf.range(heavy_steps):
+                    state = tf.tanh(tf.matmul(state, self.weights))
+                score += 0.0 * tf.reduce_sum(state, axis=1)
+            return {
+                "translation": tf.strings.join([reversed_words, self.tag], separator=" "),
+                "score": score,
+                "tokens": tf.cast(tf.strings.length(words), tf.int64).to_tensor(0),
+            }
+
+        @tf.function(input_signature=[
+            tf.TensorSpec([None, 2], tf.float32, name="x"),
+            tf.TensorSpec([None], tf.bool, name="flag"),
+            tf.TensorSpec([None], tf.int64, name="count"),
+        ])
+        def typed(self, x, flag, count):
+            total = tf.reduce_sum(x, axis=1) * tf.cast(count, tf.float32)
+            return {
+                "y": tf.where(flag, total, -1.0),
+                "label_bytes": tf.strings.join(["\xff", tf.strings.as_string(count)]),
+            }
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")])
+        def ids(self, token_ids):
+            return {"output_0": tf.cast(tf.reduce_sum(token_ids, axis=1), tf.float32)}
+
+        def _feature(self, inputs):
+            parsed = tf.io.parse_example(inputs, {"x": tf.io.FixedLenFeature([], tf.float32)})
+            return parsed["x"]
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        def classify(self, inputs):
+            x = self._feature(inputs)
+            scores = tf.stack([1.0 - tf.sigmoid(x), tf.sigmoid(x)], axis=1)
+            classes = tf.tile(tf.constant([["neg", "pos"]]), [tf.shape(x)[0], 1])
+            return {"classes": classes, "scores": scores}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        def regress(self, inputs):
+            return {"outputs": 2.0 * self._feature(inputs)}
+
+    return FixtureModel()
+
+
+def write_fixture_model(path: Path, tag: str, heavy_steps: int = 0) -> Path:
+    """Saves `make_fixture_module(tag)` at `path` (a version directory)."""
+    import tensorflow as tf
+
+    module = make_fixture_module(tag, heavy_steps)
+    signatures = {
+        "serving_default": module.translate,
+        "typed": module.typed,
+        "ids": module.ids,
+        "classify": module.classify,
+        "regress": module.regress,
+    }
+    tf.saved_model.save(module, str(path), signatures=signatures)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """`python -m serving ...` (or another command) on free ports, stopped with SIGTERM."""
+
+    def __init__(self, args: list[str], log_path: Path, command: list[str] | None = None):
+        self.grpc_port, self.rest_port = free_port(), free_port()
+        self.rest_url = f"http://127.0.0.1:{self.rest_port}"
+        self.grpc_target = f"127.0.0.1:{self.grpc_port}"
+        self.log_path = log_path
+        argv = (command or [sys.executable, "-m", "serving"]) + [
+            f"--port={self.grpc_port}", f"--rest_api_port={self.rest_port}", *args
+        ]
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+        self._log = open(log_path, "wb")  # noqa: SIM115  (closed in stop())
+        self.process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, model: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if requests.get(f"{self.rest_url}/v1/models/{model}", timeout=2).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"server not ready after {timeout}s:\n{self.log()}")
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
