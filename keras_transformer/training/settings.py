@@ -1,0 +1,194 @@
+"""Training settings, and the flat JSON file that holds them next to the model's hyper-parameters.
+
+One JSON object configures a run: `TransformerConfig`'s field names plus `TrainingSettings`'
+field names, side by side. The run directory's `config.json` is the same format, written with
+exactly what the run used, so it can be passed back with `--config` to repeat the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from keras_transformer.config import TransformerConfig
+
+STRATEGIES = ("default", "mirrored", "multi_worker")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSettings:
+    """Everything about a run that is not the model's shape: data, batching, schedule, hardware.
+
+    Args:
+        source_file: training source sentences, one per line (with `target_file`).
+        target_file: training target sentences, line-aligned with `source_file`.
+        val_source_file: validation source sentences (with `val_target_file`).
+        val_target_file: validation target sentences.
+        tsv_file: training pairs as `source<TAB>target` lines, instead of the two files.
+        validation_fraction: share of the training pairs held out for validation when no
+            validation files are given.
+        epochs: passes over the training data (or of `steps_per_epoch` steps each).
+        steps_per_epoch: optional fixed number of steps per epoch (the data repeats).
+        batch_size: sentence pairs per step, over all replicas and workers.
+        warmup_steps: linear warm-up steps of the learning-rate schedule (section 5.3).
+        learning_rate_scale: multiplier on the whole schedule.
+        seed: seeds weights, dropout and shuffling.
+        time_budget_minutes: stop training (cleanly, after the current step) after this long.
+        mixed_precision: compute in float16 (bfloat16 on CPU), keep variables in float32.
+        jit_compile: compile the train step with XLA.
+        strategy: "default" (one device), "mirrored" (all local GPUs, or all logical CPUs) or
+            "multi_worker" (MultiWorkerMirroredStrategy, cluster from `TF_CONFIG`).
+        vocab_size: target size of each WordPiece vocabulary built from the training data.
+        lower_case: lower-case (and strip accents from) text before tokenizing.
+        shared_vocab: one vocabulary built from both languages and used on both sides.
+    """
+
+    source_file: str | None = None
+    target_file: str | None = None
+    val_source_file: str | None = None
+    val_target_file: str | None = None
+    tsv_file: str | None = None
+    validation_fraction: float = 0.05
+    epochs: int = 10
+    steps_per_epoch: int | None = None
+    batch_size: int = 64
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0
+    seed: int = 0
+    time_budget_minutes: float | None = None
+    mixed_precision: bool = False
+    jit_compile: bool = False
+    strategy: str = "default"
+    vocab_size: int = 8000
+    lower_case: bool = False
+    shared_vocab: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("source_file", "target_file", "val_source_file", "val_target_file",
+                     "tsv_file"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name} must be a file path (a non-empty string), got {value!r}")
+        for name in ("epochs", "batch_size", "warmup_steps", "vocab_size"):
+            _check_positive_int(name, getattr(self, name))
+        if self.steps_per_epoch is not None:
+            _check_positive_int("steps_per_epoch", self.steps_per_epoch)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        _check_positive_number("learning_rate_scale", self.learning_rate_scale)
+        if self.time_budget_minutes is not None:
+            _check_positive_number("time_budget_minutes", self.time_budget_minutes)
+        fraction = self.validation_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+            0 < fraction < 1
+        ):
+            raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
+        for name in ("mixed_precision", "jit_compile", "lower_case", "shared_vocab"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}"
+            )
+        if (self.source_file is None) != (self.target_file is None):
+            raise ValueError("source_file and target_file must be given together")
+        if (self.val_source_file is None) != (self.val_target_file is None):
+            raise ValueError("val_source_file and val_target_file must be given together")
+        if self.tsv_file is not None and self.source_file is not None:
+            raise ValueError("give either tsv_file or source_file/target_file, not both")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> TrainingSettings:
+        return dataclasses.replace(self, **changes)
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_positive_number(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(TransformerConfig))
+SETTINGS_FIELDS = frozenset(field.name for field in dataclasses.fields(TrainingSettings))
+
+
+def split_values(
+    values: dict,
+    config: TransformerConfig | None = None,
+    settings: TrainingSettings | None = None,
+) -> tuple[TransformerConfig, TrainingSettings]:
+    """Builds a config and settings from one flat dict of their field names.
+
+    Args:
+        values: `TransformerConfig` and `TrainingSettings` fields, mixed.
+        config: defaults for the config fields not in `values`.
+        settings: defaults for the settings fields not in `values`.
+
+    Returns:
+        `(config, settings)`.
+
+    Raises:
+        ValueError: naming the first unknown key, or the field whose value is bad.
+    """
+    unknown = sorted(set(values) - CONFIG_FIELDS - SETTINGS_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"unknown key {unknown[0]!r} (neither a TransformerConfig field nor a training "
+            "setting)"
+        )
+    config_values = {key: value for key, value in values.items() if key in CONFIG_FIELDS}
+    settings_values = {key: value for key, value in values.items() if key in SETTINGS_FIELDS}
+    config = (config or TransformerConfig()).replace(**config_values)
+    try:
+        settings = (settings or TrainingSettings()).replace(**settings_values)
+    except ValueError as error:
+        raise ValueError(f"training setting {error}") from error
+    return config, settings
+
+
+def load_run_config(path: str | Path) -> tuple[TransformerConfig, TrainingSettings]:
+    """Reads a flat JSON run configuration; every error names the file and the key.
+
+    Args:
+        path: JSON object of `TransformerConfig` and `TrainingSettings` fields; missing ones
+            take their defaults.
+
+    Returns:
+        `(config, settings)`.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: `"<path>: ..."` for bad JSON (with its line), an unknown key, or a bad value.
+
+    Example:
+        >>> config, settings = load_run_config("runs/demo/config.json")
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such config file")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected a JSON object of config fields and training settings")
+    try:
+        return split_values(values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: {error}") from error
+
+
+def save_run_config(
+    path: str | Path, config: TransformerConfig, settings: TrainingSettings
+) -> None:
+    """Writes `config` and `settings` as one flat, sorted JSON object (what `load_run_config`
+    reads)."""
+    values = {**config.to_dict(), **settings.to_dict()}
+    Path(path).write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,95 @@
+"""`load_run` reads back everything a run directory holds, and names what is missing or bad."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.training.run_dir import RunPaths, load_run
+from tests.conftest import TRAINED_RUN_CONFIG, TRAINED_RUN_SETTINGS
+
+
+def greedy_translate(run, sentences: list[str], max_steps: int = 24) -> list[str]:
+    """Uncached greedy decoding with the full model (independent of keras_transformer.inference)."""
+    source = run.source_tokenizer.tokenize(tf.constant(sentences)).to_tensor().numpy()
+    target = np.full((len(sentences), 1), run.target_tokenizer.start_id, dtype=np.int64)
+    for _ in range(max_steps):
+        logits = run.model({"source_tokens": source, "target_tokens": target}, training=False)
+        target = np.concatenate([target, np.argmax(logits[:, -1], axis=-1)[:, None]], axis=1)
+    ids = run.target_tokenizer.cut_at_end(tf.constant(target[:, 1:]))
+    return [text.decode("utf-8") for text in run.target_tokenizer.detokenize(ids).numpy()]
+
+
+def test_load_run_reads_back_the_trained_run(trained_run_dir):
+    run = load_run(trained_run_dir)
+    assert run.directory == trained_run_dir
+    assert run.config == TRAINED_RUN_CONFIG.replace(
+        source_vocab_size=run.source_tokenizer.vocab_size,
+        target_vocab_size=run.target_tokenizer.vocab_size,
+    )
+    for key, value in TRAINED_RUN_SETTINGS.items():
+        assert getattr(run.settings, key) == value
+    assert run.model.get_layer("logits").units == run.target_tokenizer.vocab_size
+    assert run.history["epoch"] == list(range(1, TRAINED_RUN_SETTINGS["epochs"] + 1))
+    # The saved model is the best-validation one.
+    best = int(np.argmin(run.history["val_loss"]))
+    val_logs = run.model.evaluate(_validation_data(run), verbose=0, return_dict=True)
+    assert val_logs["loss"] == pytest.approx(run.history["val_loss"][best], rel=1e-4)
+
+
+def _validation_data(run):
+    from keras_transformer.text.data import make_dataset, read_parallel_files
+
+    corpus = read_parallel_files(run.settings.val_source_file, run.settings.val_target_file)
+    return make_dataset(
+        corpus, run.source_tokenizer, run.target_tokenizer, shuffle=False,
+        batch_size=run.settings.batch_size, max_length=run.config.max_length,
+    )
+
+
+def test_trained_run_translates_training_sentences(trained_run_dir):
+    run = load_run(trained_run_dir, compile=False)
+    sources = open(run.settings.source_file, encoding="utf-8").read().splitlines()
+    targets = open(run.settings.target_file, encoding="utf-8").read().splitlines()
+    picked = list(range(0, len(sources), 9))  # 30 sentences spread over all numbers
+    hypotheses = greedy_translate(run, [sources[i] for i in picked])
+    exact = np.mean([hyp == targets[i] for hyp, i in zip(hypotheses, picked, strict=True)])
+    assert exact >= 0.9, list(zip(hypotheses, [targets[i] for i in picked], strict=True))
+
+
+@pytest.mark.parametrize(
+    "remove, message",
+    [
+        ("config.json", "config.json: no such config file"),
+        ("vocab", "vocab: missing vocabulary directory"),
+        ("vocab/source/tokenizer.json", "tokenizer.json: missing tokenizer file"),
+        ("model.keras", "model.keras: missing"),
+    ],
+)
+def test_missing_files_are_named(trained_run_dir, tmp_path, remove, message):
+    copy = tmp_path / "run"
+    shutil.copytree(trained_run_dir, copy)
+    target = copy / remove
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    with pytest.raises(FileNotFoundError, match=message):
+        load_run(copy)
+
+
+def test_bad_files_are_named(trained_run_dir, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(trained_run_dir, copy)
+    paths = RunPaths(copy)
+    paths.model.write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match="model.keras: cannot load the model"):
+        load_run(copy)
+    values = json.loads(paths.config.read_text())
+    paths.config.write_text(json.dumps({**values, "d_model": -1}))
+    with pytest.raises(ValueError, match=r"config.json: TransformerConfig.d_model"):
+        load_run(copy)
+    paths.config.write_text("{\n  oops")
+    with pytest.raises(ValueError, match=r"config.json:2: invalid JSON"):
+        load_run(copy)
