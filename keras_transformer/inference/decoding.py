@@ -184,8 +184,9 @@ class SequenceDecoder:
 
         Args:
             source_tokens: int `(batch, source_length)`, 0 = padding.
-            beam_width: prefixes kept per source.
-            alpha: length-penalty exponent.
+            beam_width: prefixes kept per source; an int, or an int32 scalar tensor (not under
+                XLA, which needs static shapes).
+            alpha: length-penalty exponent (float or float32 scalar tensor).
             max_length: see `length_limits`.
             stop_at_end: False searches up to the length limit (benchmarks).
             use_cache: False re-runs the decoder on the whole prefix every step (reference).

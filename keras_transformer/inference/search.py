@@ -150,7 +150,7 @@ def beam_search(
         end_id: token that ends a sequence.
         limits: int32 `(batch,)`, most tokens source `b` may generate (each `<= max_length`).
         max_length: size of the token buffers.
-        beam_width: number of prefixes kept per source.
+        beam_width: number of prefixes kept per source (int, or int32 scalar tensor).
         alpha: length-penalty exponent.
         stop_at_end: False keeps searching until every limit (benchmarks).
 

@@ -17,7 +17,10 @@ from keras_transformer.inference.decoding import SequenceDecoder
 
 SERVING_SIGNATURE = "serving_default"
 TOKENS_SIGNATURE = "translate_tokens"
+OPTIONS_SIGNATURE = "translate_with_options"
 ATTENTION_SIGNATURE = "attention"
+# Widest beam a request may ask `translate_with_options` for (cost grows linearly with it).
+MAX_BEAM_WIDTH = 16
 
 
 def _trim_padding(tokens):
@@ -29,7 +32,8 @@ def _trim_padding(tokens):
 class Translator(tf.Module):
     """Tokenize, decode (greedy or beam search) and detokenize in one TensorFlow graph.
 
-    Decoding options are fixed when the translator is built (and hence at export time).
+    Decoding options are fixed when the translator is built (and hence at export time);
+    `translate_with_options` lets a request choose the beam width and alpha.
     Outputs are float32/int64/string only, which TF Serving can write as JSON, whatever the
     model's dtype policy.
 
@@ -75,9 +79,11 @@ class Translator(tf.Module):
         return ids[:, : self._decoder.max_length].to_tensor(default_value=0, shape=None)
 
     def _translate_ids(self, source_tokens):
-        tokens, scores = self._decoder.decode(
-            source_tokens, self.beam_width, self.alpha, self.max_length
+        return self._outputs(
+            *self._decoder.decode(source_tokens, self.beam_width, self.alpha, self.max_length)
         )
+
+    def _outputs(self, tokens, scores):
         tokens = tf.cast(_trim_padding(tokens), tf.int64)
         return {
             "translation": self.target_tokenizer.detokenize(tokens),
@@ -104,6 +110,31 @@ class Translator(tf.Module):
         """Translates pre-tokenized sentences: source ids `(batch, source_length)` as the source
         tokenizer writes them (no START/END), 0-padded; outputs as for `translate`."""
         return self._translate_ids(source_tokens[:, : self._decoder.max_length])
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="text"),
+            tf.TensorSpec([], tf.int32, name="beam_width"),
+            tf.TensorSpec([], tf.float32, name="alpha"),
+        ]
+    )
+    def translate_with_options(self, text, beam_width, alpha):
+        """`translate` with the beam width (1 = greedy, up to `MAX_BEAM_WIDTH`) and the
+        length-penalty exponent chosen per request; outputs as for `translate`."""
+        checks = [
+            tf.debugging.assert_greater_equal(beam_width, 1, message="beam_width must be >= 1"),
+            tf.debugging.assert_less_equal(
+                beam_width, MAX_BEAM_WIDTH, message=f"beam_width must be <= {MAX_BEAM_WIDTH}"
+            ),
+        ]
+        with tf.control_dependencies(checks):  # check before any op sized by the beam runs
+            beam_width = tf.identity(beam_width)
+        # Beam search with a width of 1 is greedy search (tested), so one graph serves both.
+        return self._outputs(
+            *self._decoder.beam_search(
+                self._source_tokens(text), beam_width, alpha, self.max_length
+            )
+        )
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def attention(self, text):
@@ -144,5 +175,6 @@ class Translator(tf.Module):
         return {
             SERVING_SIGNATURE: self.translate.get_concrete_function(),
             TOKENS_SIGNATURE: self.translate_tokens.get_concrete_function(),
+            OPTIONS_SIGNATURE: self.translate_with_options.get_concrete_function(),
             ATTENTION_SIGNATURE: self.attention.get_concrete_function(),
         }

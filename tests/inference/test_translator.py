@@ -48,6 +48,21 @@ def test_greedy_translator(reverse_model, word_tokenizer):
     assert -1.0 < outputs["score"].numpy()[0] < 0.0
 
 
+def test_options_signature_chooses_beam_and_alpha_per_request(
+    translator, reverse_model, word_tokenizer
+):
+    text = tf.constant(SENTENCES)
+    greedy = Translator(reverse_model, word_tokenizer, word_tokenizer, beam_width=1, alpha=0.3)
+    for reference, beam_width, alpha in ((greedy, 1, 0.3), (translator, 3, 0.6)):
+        expected = reference.translate(text)
+        outputs = translator.translate_with_options(text, beam_width, alpha)
+        np.testing.assert_array_equal(outputs["tokens"].numpy(), expected["tokens"].numpy())
+        np.testing.assert_allclose(outputs["score"].numpy(), expected["score"].numpy(), rtol=1e-5)
+    for beam_width in (0, 17):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="beam_width"):
+            translator.translate_with_options(text, beam_width, 0.6)
+
+
 def test_empty_batch_and_empty_and_overlong_sentences(translator):
     empty = translator.translate(tf.constant([], tf.string))
     assert empty["translation"].shape == (0,) and empty["tokens"].shape[0] == 0
