@@ -1,0 +1,99 @@
+"""The TensorFlow Serving deployment files parse, agree with each other, and our local server
+accepts the same flags and config files."""
+
+import argparse
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf import text_format
+from tensorflow_serving.config import model_server_config_pb2
+
+from serving.batching import BatchOptions
+from serving.flags import add_server_flags, server_options
+from serving.protos import BatchingParameters, MonitoringConfig
+
+DEPLOY = Path(__file__).resolve().parents[2] / "serving" / "deploy"
+
+
+def read_proto(name, proto_class):
+    return text_format.Parse((DEPLOY / name).read_text(), proto_class())
+
+
+@pytest.fixture(scope="module")
+def compose():
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["translator"]
+
+
+@pytest.fixture(scope="module")
+def kube():
+    documents = yaml.safe_load_all((DEPLOY / "kubernetes.yaml").read_text())
+    return {doc["kind"]: doc for doc in documents}
+
+
+def test_config_files_parse_as_tf_serving_protos():
+    models = read_proto("models.config", model_server_config_pb2.ModelServerConfig)
+    (model,) = models.model_config_list.config
+    assert (model.name, model.base_path, model.model_platform) == (
+        "translator", "/models/translator", "tensorflow"
+    )
+    assert model.model_version_policy.latest.num_versions == 1
+    batching = read_proto("batching_parameters.txt", BatchingParameters)
+    assert batching.max_batch_size.value == 64 and batching.batch_timeout_micros.value == 5000
+    assert BatchOptions.from_proto(batching).num_batch_threads == 4
+    monitoring = read_proto("monitoring.config", MonitoringConfig)
+    assert monitoring.prometheus_config.enable
+    assert monitoring.prometheus_config.path == "/monitoring/prometheus/metrics"
+
+
+def test_compose_service(compose):
+    assert compose["image"].startswith("tensorflow/serving:")
+    assert set(compose["ports"]) == {"8500:8500", "8501:8501"}
+    mounts = {volume.split(":")[1]: volume.split(":")[0] for volume in compose["volumes"]}
+    assert mounts["/models/translator"] == "../../models/translator"
+    for flag in compose["command"]:
+        if flag.split("=")[1].startswith("/config/"):
+            mounted = mounts[flag.split("=")[1]]
+            assert (DEPLOY / mounted).is_file(), mounted
+
+
+def test_local_server_accepts_the_compose_flags(compose):
+    parser = argparse.ArgumentParser()
+    add_server_flags(parser)
+    flags = [flag.replace("=/config/", f"={DEPLOY}/") for flag in compose["command"]]
+    options = server_options(parser.parse_args(flags))
+    assert options.model_config.model_config_list.config[0].name == "translator"
+    assert options.batching.max_batch_size.value == 64
+    assert options.prometheus_path == "/monitoring/prometheus/metrics"
+    assert options.model_config_poll_seconds == 60 and options.file_system_poll_seconds == 5
+
+
+def test_kubernetes_objects(kube, compose):
+    assert set(kube) == {
+        "PersistentVolumeClaim", "Deployment", "Service", "HorizontalPodAutoscaler"
+    }
+    deployment = kube["Deployment"]
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == compose["image"]
+    assert container["args"] == compose["command"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"grpc": 8500, "http": 8501}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/v1/models/translator", "port": "http"}
+    assert container["resources"]["requests"]["cpu"]  # the HPA scales on CPU utilisation
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    export = volumes[mounts["/models/translator"]]["persistentVolumeClaim"]["claimName"]
+    assert export == kube["PersistentVolumeClaim"]["metadata"]["name"]
+    assert volumes[mounts["/config"]]["configMap"]["name"] == "translator-serving-config"
+
+    labels = pod["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"] == labels
+    service = kube["Service"]
+    assert service["spec"]["selector"] == labels
+    assert {p["port"] for p in service["spec"]["ports"]} == {8500, 8501}
+    hpa = kube["HorizontalPodAutoscaler"]["spec"]
+    assert hpa["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert hpa["scaleTargetRef"]["kind"] == "Deployment"
+    assert 1 <= hpa["minReplicas"] < hpa["maxReplicas"]
