@@ -14,6 +14,9 @@ import sys
 COMMANDS = (
     "train",
     "serve",
+    "export",
+    "translate",
+    "evaluate",
 )
 
 
