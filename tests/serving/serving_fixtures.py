@@ -22,7 +22,7 @@ def make_fixture_module(tag: str, heavy_steps: int = 0):
     Signatures: `serving_default` (string in; `translation`, `score`, `tokens` out), `typed`
     (float / bool / int64 inputs, a `_bytes` output), `ids` (int32 ids -> one float output),
     `classify` and `regress` (serialized tf.Examples with a float feature `x`). With
-    `heavy_steps`, `serving_default` also runs that many 256x256 matmuls per call, like a
+    `heavy_steps`, `serving_default` also runs that many 64x64 matmuls per call, like a
     decoder's per-step cost, so batching has something to save.
     """
     import tensorflow as tf
@@ -34,7 +34,7 @@ def make_fixture_module(tag: str, heavy_steps: int = 0):
             self.tag = tf.Variable(tag)
             self.scale = tf.Variable(0.5)
             self.tokenizer = tf_text.WhitespaceTokenizer()
-            self.weights = tf.Variable(tf.eye(256) * 0.9)
+            self.weights = tf.Variable(tf.eye(64) * 0.9)
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
         def translate(self, text):
@@ -42,7 +42,7 @@ def make_fixture_module(tag: str, heavy_steps: int = 0):
             reversed_words = tf.strings.reduce_join(words[:, ::-1], axis=1, separator=" ")
             score = self.scale * tf.cast(words.row_lengths(), tf.float32)
             if heavy_steps:
-                state = tf.ones([tf.shape(text)[0], 256])
+                state = tf.ones([tf.shape(text)[0], 64])
                 for _ in tf.range(heavy_steps):
                     state = tf.tanh(tf.matmul(state, self.weights))
                 score += 0.0 * tf.reduce_sum(state, axis=1)
