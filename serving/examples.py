@@ -195,6 +195,7 @@ def regressions(outputs: dict[str, np.ndarray], count: int) -> list[float]:
 async def run(predictor, servable, signature: Signature, serialized: list[bytes], api: str):
     """Runs a classify or regress request; returns `classifications()` or `regressions()`."""
     check_signature(signature, api)
+    predictor.metrics.example_counts.observe(len(serialized), servable.name)
     batch = np.empty(len(serialized), dtype=object)
     batch[:] = serialized
     outputs = await predictor.run(servable, signature.name, {"inputs": batch}, api.capitalize())

@@ -69,6 +69,14 @@ def _model_spec(request) -> tuple[str, int | None, str | None]:
     return spec.name, version, label
 
 
+def _echo_spec(spec, servable, signature: str | None = None) -> None:
+    """The model spec a response reports: the resolved version and signature."""
+    spec.name = servable.name
+    spec.version.value = servable.version
+    if signature is not None:
+        spec.signature_name = signature
+
+
 def _message(error: ServingError) -> str:
     if len(error.message) <= _MAX_MESSAGE:
         return error.message
@@ -120,9 +128,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             for alias, array in outputs.items():
                 if not wanted or alias in wanted:
                     response.outputs[alias].CopyFrom(tensor_proto(array))
-            response.model_spec.name = name
-            response.model_spec.version.value = servable.version
-            response.model_spec.signature_name = signature.name
+            _echo_spec(response.model_spec, servable, signature.name)
             return response
 
         return await self._call("Predict", request, context, work)
@@ -139,8 +145,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             name, version, label = _model_spec(request)
             servable = self._predictor.servable(name, version, label)
             response = get_model_metadata_pb2.GetModelMetadataResponse()
-            response.model_spec.name = name
-            response.model_spec.version.value = servable.version
+            _echo_spec(response.model_spec, servable)
             response.metadata["signature_def"].Pack(servable.signature_defs)
             return response
 
@@ -151,7 +156,6 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         servable = self._predictor.servable(name, version, label)
         signature = servable.signature(request.model_spec.signature_name)
         serialized = examples.examples_from_input(request.input)
-        self._predictor.metrics.example_counts.observe(len(serialized), name)
         results = await examples.run(self._predictor, servable, signature, serialized, api)
         return servable, signature, results
 
@@ -163,9 +167,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 classes = response.result.classifications.add()
                 for label, score in row:
                     classes.classes.add(label=label, score=score)
-            response.model_spec.name = servable.name
-            response.model_spec.version.value = servable.version
-            response.model_spec.signature_name = signature.name
+            _echo_spec(response.model_spec, servable, signature.name)
             return response
 
         return await self._call("Classify", request, context, work)
@@ -176,9 +178,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             response = regression_pb2.RegressionResponse()
             for value in results:
                 response.result.regressions.add(value=value)
-            response.model_spec.name = servable.name
-            response.model_spec.version.value = servable.version
-            response.model_spec.signature_name = signature.name
+            _echo_spec(response.model_spec, servable, signature.name)
             return response
 
         return await self._call("Regress", request, context, work)

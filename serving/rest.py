@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import re
 import time
 from urllib.parse import unquote
@@ -17,10 +18,10 @@ from aiohttp import web
 from google.protobuf import json_format
 
 from serving import examples, json_tensor
-from serving.errors import ServingError, invalid_argument
-from serving.monitoring import ServingMetrics
+from serving.errors import ServingError, from_exception, invalid_argument
 from serving.prediction import Predictor
 
+log = logging.getLogger(__name__)
 _V1 = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
 _POST = re.compile(
     r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
@@ -59,8 +60,7 @@ class RestApi:
     """Builds the aiohttp application.
 
     Args:
-        predictor: runs requests.
-        metrics: the metrics to export (and record into).
+        predictor: runs requests and holds the metrics.
         prometheus_path: where the Prometheus page is served (`None`: not served).
         timeout_seconds: requests that take longer answer 504.
         cors: add TF Serving's CORS headers to every answer.
@@ -70,14 +70,12 @@ class RestApi:
     def __init__(
         self,
         predictor: Predictor,
-        metrics: ServingMetrics,
         prometheus_path: str | None = None,
         timeout_seconds: float = 30.0,
         cors: bool = False,
         max_request_bytes: int = 64 << 20,
     ):
         self._predictor = predictor
-        self._metrics = metrics
         self._prometheus_path = prometheus_path
         self._timeout = timeout_seconds
         self._cors = cors
@@ -91,7 +89,8 @@ class RestApi:
     async def _handle(self, request: web.Request) -> web.Response:
         if self._prometheus_path is not None and request.path == self._prometheus_path:
             return web.Response(
-                body=self._metrics.render().encode(), headers={"Content-Type": "text/plain"}
+                body=self._predictor.metrics.render().encode(),
+                headers={"Content-Type": "text/plain"},
             )
         path = request.raw_path
         if not _V1.fullmatch(path):
@@ -121,6 +120,9 @@ class RestApi:
             error = ServingError(
                 "DEADLINE_EXCEEDED", f"Request timed out after {self._timeout * 1000:g} ms"
             )
+        except Exception as exception:  # still a JSON answer, and the server stays up
+            log.exception("Unexpected failure on %s %s", request.method, path)
+            error = from_exception(exception)
         if error is not None:
             status, text = error.http_status, json_tensor.error_body(error.message)
         self._predictor.record(model, api, "REST", error, time.perf_counter() - start)
@@ -171,7 +173,6 @@ class RestApi:
             outputs = await self._predictor.run(servable, key, inputs, "Predict")
             return json_tensor.predict_response(outputs, request_format)
         serialized = examples.examples_from_json(doc, route.api)
-        self._metrics.example_counts.observe(len(serialized), route.model)
         results = await examples.run(self._predictor, servable, signature, serialized, route.api)
         return examples.results_json(results, route.api)
 

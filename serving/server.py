@@ -66,9 +66,8 @@ async def _serve(options: ServerOptions, batching: BatchOptions | None) -> int:
         log.error("%s", error)
         return 1
 
-    metrics = ServingMetrics()
     predictor = Predictor(
-        manager, metrics, batching, options.num_threads, options.max_instances_per_request
+        manager, ServingMetrics(), batching, options.num_threads, options.max_instances_per_request
     )
     grpc_server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", options.max_request_bytes),
@@ -82,8 +81,8 @@ async def _serve(options: ServerOptions, batching: BatchOptions | None) -> int:
         log.info("Running gRPC ModelServer at %s:%d ...", options.host, options.grpc_port)
         if options.rest_port:
             api = RestApi(
-                predictor, metrics, options.prometheus_path, options.rest_timeout_seconds,
-                options.cors, options.max_request_bytes,
+                predictor, options.prometheus_path, options.rest_timeout_seconds, options.cors,
+                options.max_request_bytes,
             )
             runner = web.AppRunner(api.app(), access_log=None)
             await runner.setup()

@@ -204,6 +204,7 @@ class SlowPredictor:
 
     def __init__(self):
         self.recorded = []
+        self.metrics = ServingMetrics()
 
     def servable(self, name, version=None, label=None):
         signature = Signature("serving_default", "", {"text": TensorInfo("DT_STRING", (-1,))}, {})
@@ -219,7 +220,7 @@ class SlowPredictor:
 
 def test_slow_requests_answer_504():
     predictor = SlowPredictor()
-    api = RestApi(predictor, ServingMetrics(), timeout_seconds=0.2)
+    api = RestApi(predictor, timeout_seconds=0.2)
     port = free_port()
 
     async def main():
