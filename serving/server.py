@@ -13,6 +13,7 @@ import grpc
 from aiohttp import web
 
 from serving.batching import BatchOptions
+from serving.errors import ServingError
 from serving.flags import ServerOptions, load_model_config, server_options
 from serving.grpc_service import add_services
 from serving.model_manager import ModelManager
@@ -52,19 +53,9 @@ async def _serve(options: ServerOptions, batching: BatchOptions | None) -> int:
         max_load_retries=options.max_load_retries,
         retry_interval=options.load_retry_interval_seconds,
     )
-    starting = loop.run_in_executor(None, manager.start)
-    stopping = loop.create_task(stop.wait())
-    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
-    if stop.is_set():  # signalled while loading: nothing to drain
-        manager.stop()
-        await asyncio.gather(starting, return_exceptions=True)
-        return 0
-    stopping.cancel()
-    try:
-        await starting
-    except RuntimeError as error:
-        log.error("%s", error)
-        return 1
+    status = await _load_models(manager, stop)
+    if status is not None:
+        return status
 
     predictor = Predictor(
         manager, ServingMetrics(), batching, options.num_threads, options.max_instances_per_request
@@ -74,25 +65,17 @@ async def _serve(options: ServerOptions, batching: BatchOptions | None) -> int:
         ("grpc.max_send_message_length", 2**31 - 1),
     ])
     add_services(grpc_server, predictor)
-    runner = None
+    runner = web.AppRunner(
+        RestApi(predictor, options.prometheus_path, options.rest_timeout_seconds, options.cors,
+                options.max_request_bytes).app(),
+        access_log=None,
+    )
+    status = 0
     try:
-        grpc_server.add_insecure_port(f"{options.host}:{options.grpc_port}")
-        await grpc_server.start()
-        log.info("Running gRPC ModelServer at %s:%d ...", options.host, options.grpc_port)
-        if options.rest_port:
-            api = RestApi(
-                predictor, options.prometheus_path, options.rest_timeout_seconds, options.cors,
-                options.max_request_bytes,
-            )
-            runner = web.AppRunner(api.app(), access_log=None)
-            await runner.setup()
-            site = web.TCPSite(
-                runner, options.host, options.rest_port, shutdown_timeout=SHUTDOWN_GRACE_SECONDS
-            )
-            await site.start()
-            log.info("Exporting HTTP/REST API at:%s:%d ...", options.host, options.rest_port)
+        await _open_ports(options, grpc_server, runner)
     except (OSError, RuntimeError) as error:
         log.error("Cannot open the server ports: %s", error)
+        status = 1
         stop.set()
 
     watcher = None
@@ -103,14 +86,44 @@ async def _serve(options: ServerOptions, batching: BatchOptions | None) -> int:
     log.info("Shutting down: finishing in-flight requests")
     if watcher is not None:
         watcher.cancel()
-    await asyncio.gather(
-        grpc_server.stop(SHUTDOWN_GRACE_SECONDS),
-        runner.cleanup() if runner is not None else asyncio.sleep(0),
-    )
+    await asyncio.gather(grpc_server.stop(SHUTDOWN_GRACE_SECONDS), runner.cleanup())
     await loop.run_in_executor(None, predictor.close)
     manager.stop()
     log.info("Server stopped")
-    return 0
+    return status
+
+
+async def _load_models(manager: ModelManager, stop: asyncio.Event) -> int | None:
+    """Loads the initial versions; returns an exit status if the server must not start."""
+    loop = asyncio.get_running_loop()
+    starting = loop.run_in_executor(None, manager.start)
+    stopping = loop.create_task(stop.wait())
+    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():  # signalled while loading: nothing to drain
+        manager.stop()
+        await asyncio.gather(starting, return_exceptions=True)
+        return 0
+    stopping.cancel()
+    try:
+        await starting
+    except (RuntimeError, ServingError) as error:
+        log.error("%s", error)
+        return 1
+    return None
+
+
+async def _open_ports(options: ServerOptions, grpc_server: grpc.aio.Server,
+                      runner: web.AppRunner) -> None:
+    grpc_server.add_insecure_port(f"{options.host}:{options.grpc_port}")
+    await grpc_server.start()
+    log.info("Running gRPC ModelServer at %s:%d ...", options.host, options.grpc_port)
+    await runner.setup()
+    if options.rest_port:
+        site = web.TCPSite(
+            runner, options.host, options.rest_port, shutdown_timeout=SHUTDOWN_GRACE_SECONDS
+        )
+        await site.start()
+        log.info("Exporting HTTP/REST API at:%s:%d ...", options.host, options.rest_port)
 
 
 async def _watch_config(options: ServerOptions, manager: ModelManager) -> None:
