@@ -59,6 +59,18 @@ def tiny_config() -> TransformerConfig:
 
 
 @pytest.fixture(scope="session")
+def trained_run_config() -> TransformerConfig:
+    """The config `trained_run_dir` trains (vocabulary sizes are replaced by the built ones)."""
+    return TRAINED_RUN_CONFIG
+
+
+@pytest.fixture(scope="session")
+def trained_run_settings() -> dict:
+    """The training settings of `trained_run_dir` other than its data files."""
+    return dict(TRAINED_RUN_SETTINGS)
+
+
+@pytest.fixture(scope="session")
 def trained_run_dir(tmp_path_factory) -> Path:
     """A run directory trained on demo data (English -> German numbers 0-99), ~25 s on 2 cores.
 

@@ -29,6 +29,7 @@ class TimeBudget(keras.callbacks.Callback):
         self.agree = agree
         self.stopped_at_epoch = None
         self._start = None
+        self._time_is_up = False
 
     def on_train_begin(self, logs=None):
         self._start = time.monotonic()
@@ -38,10 +39,11 @@ class TimeBudget(keras.callbacks.Callback):
         if self.agree is not None:
             time_is_up = self.agree(time_is_up)
         if time_is_up:
+            self._time_is_up = True
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.model.stop_training and self.stopped_at_epoch is None:
+        if self._time_is_up and self.stopped_at_epoch is None:
             self.stopped_at_epoch = epoch
             minutes = self.seconds / 60.0
             print(f"Time budget of {minutes:g} min used up: stopping after epoch {epoch + 1}.")
@@ -93,14 +95,17 @@ def plot_learning_curve(history: dict, path: str | Path) -> None:
     figure = Figure(figsize=(10, 4))
     axes = figure.subplots(1, 2)
     for axis, metric in zip(axes, ("loss", "masked_accuracy"), strict=True):
+        drawn = False
         for prefix, label in (("", "training"), ("val_", "validation")):
             values = history.get(prefix + metric)
             if values:
                 axis.plot(epochs[: len(values)], values, marker="o", label=label)
+                drawn = True
         axis.set_xlabel("epoch")
         axis.set_ylabel(metric.replace("_", " "))
         axis.grid(alpha=0.3)
-        axis.legend()
+        if drawn:
+            axis.legend()
     figure.suptitle("Learning curve")
     figure.tight_layout()
     figure.savefig(path, dpi=100)

@@ -225,10 +225,7 @@ def train(
 
     previous = read_history(paths.root) if resuming else {}
     best_val_loss = min(previous.get("val_loss", []), default=None)
-    callbacks = [
-        keras.callbacks.BackupAndRestore(str(paths.backup)),
-        keras.callbacks.TerminateOnNaN(),
-    ]
+    callbacks = [keras.callbacks.TerminateOnNaN()]
     if settings.time_budget_minutes is not None:
         agree = functools.partial(any_worker, strategy)
         callbacks.append(TimeBudget(settings.time_budget_minutes, agree=agree))
@@ -243,6 +240,8 @@ def train(
             keras.callbacks.TensorBoard(str(paths.logs), write_graph=False),
             HistoryWriter(paths.history, paths.learning_curve, previous),
         ]
+    # Last, so that a backup of epoch k implies that epoch k's checkpoint and history are written.
+    callbacks.append(keras.callbacks.BackupAndRestore(str(paths.backup)))
     history = model.fit(
         train_data,
         validation_data=val_data,

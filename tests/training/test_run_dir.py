@@ -10,7 +10,6 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.training.run_dir import RunPaths, load_run
-from tests.conftest import TRAINED_RUN_CONFIG, TRAINED_RUN_SETTINGS
 
 
 def greedy_translate(run, sentences: list[str], max_steps: int = 24) -> list[str]:
@@ -24,17 +23,19 @@ def greedy_translate(run, sentences: list[str], max_steps: int = 24) -> list[str
     return [text.decode("utf-8") for text in run.target_tokenizer.detokenize(ids).numpy()]
 
 
-def test_load_run_reads_back_the_trained_run(trained_run_dir):
+def test_load_run_reads_back_the_trained_run(
+    trained_run_dir, trained_run_config, trained_run_settings
+):
     run = load_run(trained_run_dir)
     assert run.directory == trained_run_dir
-    assert run.config == TRAINED_RUN_CONFIG.replace(
+    assert run.config == trained_run_config.replace(
         source_vocab_size=run.source_tokenizer.vocab_size,
         target_vocab_size=run.target_tokenizer.vocab_size,
     )
-    for key, value in TRAINED_RUN_SETTINGS.items():
+    for key, value in trained_run_settings.items():
         assert getattr(run.settings, key) == value
     assert run.model.get_layer("logits").units == run.target_tokenizer.vocab_size
-    assert run.history["epoch"] == list(range(1, TRAINED_RUN_SETTINGS["epochs"] + 1))
+    assert run.history["epoch"] == list(range(1, trained_run_settings["epochs"] + 1))
     # The saved model is the best-validation one.
     best = int(np.argmin(run.history["val_loss"]))
     val_logs = run.model.evaluate(_validation_data(run), verbose=0, return_dict=True)

@@ -1,0 +1,84 @@
+"""Time budget and history / learning-curve callbacks."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.training.callbacks import HistoryWriter, TimeBudget, plot_learning_curve
+
+
+class StepCounter(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+
+def fit_with(callback, epochs=2, steps=10):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    counter = StepCounter()
+    x, y = np.ones((steps * 2, 3), "float32"), np.zeros((steps * 2, 1), "float32")
+    history = model.fit(x, y, batch_size=2, epochs=epochs, callbacks=[callback, counter],
+                        verbose=0)
+    return counter.steps, history
+
+
+def test_time_budget_stops_after_the_step_that_used_it_up(capsys):
+    budget = TimeBudget(minutes=1e-9)
+    steps, history = fit_with(budget)
+    assert steps == 1
+    assert len(history.history["loss"]) == 1  # the epoch is still closed (logged, validated)
+    assert budget.stopped_at_epoch == 0
+    assert "Time budget of 1e-09 min used up: stopping after epoch 1." in capsys.readouterr().out
+
+
+def test_time_budget_leaves_short_runs_alone():
+    budget = TimeBudget(minutes=10)
+    steps, _ = fit_with(budget)
+    assert steps == 20 and budget.stopped_at_epoch is None
+
+
+@pytest.mark.parametrize("others_say, expected_steps", [(True, 1), (False, 20)])
+def test_time_budget_follows_the_workers_agreement(others_say, expected_steps):
+    # "agree" stands for the all-reduce between workers: its answer decides, not the local clock.
+    seen = []
+
+    def agree(flag):
+        seen.append(flag)
+        return others_say
+
+    steps, _ = fit_with(TimeBudget(minutes=1e-9 if not others_say else 10, agree=agree))
+    assert steps == expected_steps
+    assert seen[0] is (not others_say)
+
+
+def test_history_writer_continues_an_interrupted_history(tmp_path):
+    previous = {"epoch": [1, 2, 3], "loss": [3.0, 2.0, 1.5], "val_loss": [3.1, 2.2, 1.9]}
+    writer = HistoryWriter(tmp_path / "history.json", tmp_path / "curve.png", previous)
+    # Resumed from the backup of epoch 2: the third epoch is trained again and replaces the old.
+    writer.on_epoch_end(2, {"loss": 1.25, "val_loss": 1.75})
+    writer.on_epoch_end(3, {"loss": 1.0, "val_loss": 1.5})
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert history == {
+        "epoch": [1, 2, 3, 4],
+        "loss": [3.0, 2.0, 1.25, 1.0],
+        "val_loss": [3.1, 2.2, 1.75, 1.5],
+    }
+    assert (tmp_path / "curve.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_learning_curve_draws_loss_and_accuracy(tmp_path):
+    history = {"epoch": [1, 2], "loss": [2.0, 1.0], "val_loss": [2.5, 1.5],
+               "masked_accuracy": [0.2, 0.5], "val_masked_accuracy": [0.1, 0.4]}
+    plot_learning_curve(history, tmp_path / "a.png")
+    plot_learning_curve({"epoch": [1, 2], "loss": [2.0, 1.0]}, tmp_path / "b.png")
+    full, loss_only = (tmp_path / "a.png").read_bytes(), (tmp_path / "b.png").read_bytes()
+    assert full.startswith(b"\x89PNG") and loss_only.startswith(b"\x89PNG")
+    assert full != loss_only  # the extra series are drawn
