@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from serving.client import GrpcClient, RestClient  # noqa: E402
+from serving.process import LocalServer  # noqa: E402
 
 SENTENCES = [
     "Ein Mann fährt mit dem Fahrrad durch die Stadt.",
@@ -59,12 +57,6 @@ def load_sentences(path: str | None) -> list[str]:
     return [line for line in lines if line]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def latest_version(base_path: str) -> Path:
     versions = [p for p in Path(base_path).iterdir() if p.name.isdigit() and p.is_dir()]
     if not versions:
@@ -74,13 +66,11 @@ def latest_version(base_path: str) -> Path:
 
 @contextlib.contextmanager
 def server(args: argparse.Namespace, batching: bool):
-    """A `python -m serving` subprocess; yields (REST client, gRPC client)."""
-    rest_port, grpc_port = free_port(), free_port()
+    """The local server (`python -m serving`); yields (REST client, gRPC client)."""
     with tempfile.TemporaryDirectory() as scratch:
-        argv = [
-            sys.executable, "-m", "serving", f"--model_name={args.model_name}",
+        flags = [
+            f"--model_name={args.model_name}",
             f"--model_base_path={os.path.abspath(args.model_base_path)}",
-            f"--port={grpc_port}", f"--rest_api_port={rest_port}",
             f"--max_instances_per_request={max(args.batch, 1024)}",
         ]
         if batching:
@@ -91,22 +81,16 @@ def server(args: argparse.Namespace, batching: bool):
                 f"num_batch_threads {{ value: {args.num_batch_threads} }}\n"
                 "max_enqueued_batches { value: 1000 }\n"
             )
-            argv += ["--enable_batching", f"--batching_parameters_file={params}"]
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-        log = open(Path(scratch) / "server.log", "wb")  # noqa: SIM115
-        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+            flags += ["--enable_batching", f"--batching_parameters_file={params}"]
         options = {"signature_name": args.signature_name, "input_name": args.input_name,
                    "output_name": args.output_name, "timeout": 600}
-        rest = RestClient(f"http://127.0.0.1:{rest_port}", args.model_name, **options)
-        grpc_client = GrpcClient(f"127.0.0.1:{grpc_port}", args.model_name, **options)
-        try:
-            rest.wait_until_available(timeout=600)
-            yield rest, grpc_client
-        finally:
-            grpc_client.close()
-            process.send_signal(signal.SIGTERM)
-            process.wait(120)
-            log.close()
+        with LocalServer(flags, Path(scratch) / "server.log") as local:
+            local.wait_ready(args.model_name, timeout=600)
+            grpc_client = GrpcClient(local.grpc_target, args.model_name, **options)
+            try:
+                yield RestClient(local.rest_url, args.model_name, **options), grpc_client
+            finally:
+                grpc_client.close()
 
 
 def run_load(client, sentences: list[str], concurrency: int, requests: int) -> dict:

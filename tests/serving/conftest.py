@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from serving_fixtures import ServerProcess, write_fixture_model
+from serving_fixtures import write_fixture_model
+
+from serving.process import LocalServer
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +30,7 @@ def fixture_models(tmp_path_factory) -> Path:
 def shared_server(fixture_models, tmp_path_factory):
     """One server for the read-only REST / gRPC / client tests."""
     log_path = tmp_path_factory.mktemp("logs") / "shared_server.log"
-    server = ServerProcess(
+    server = LocalServer(
         [
             f"--model_config_file={fixture_models / 'models.config'}",
             f"--monitoring_config_file={fixture_models / 'monitoring.config'}",

@@ -1,19 +1,9 @@
-"""Helpers for the serving tests (and for trying `bench/serve.py`): small SavedModels written with
-`tf.Module`, and model servers started as subprocesses on free ports."""
+"""Fixture SavedModels for the serving tests (and for trying `bench/serve.py`), written with
+`tf.Module`."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
-
-import requests
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_fixture_module(tag: str, heavy_steps: int = 0):
@@ -100,53 +90,3 @@ def write_fixture_model(path: Path, tag: str, heavy_steps: int = 0) -> Path:
     }
     tf.saved_model.save(module, str(path), signatures=signatures)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ServerProcess:
-    """`python -m serving ...` (or another command) on free ports, stopped with SIGTERM."""
-
-    def __init__(self, args: list[str], log_path: Path, command: list[str] | None = None):
-        self.grpc_port, self.rest_port = free_port(), free_port()
-        self.rest_url = f"http://127.0.0.1:{self.rest_port}"
-        self.grpc_target = f"127.0.0.1:{self.grpc_port}"
-        self.log_path = log_path
-        argv = (command or [sys.executable, "-m", "serving"]) + [
-            f"--port={self.grpc_port}", f"--rest_api_port={self.rest_port}", *args
-        ]
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-        self._log = open(log_path, "wb")  # noqa: SIM115  (closed in stop())
-        self.process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, model: str, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if requests.get(f"{self.rest_url}/v1/models/{model}", timeout=2).ok:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"server not ready after {timeout}s:\n{self.log()}")
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from serving.batching import Batcher, BatchOptions, merge_inputs, split_outputs
+from serving.batching import Batcher, BatchOptions, batch_size, merge_inputs, split_outputs
 from serving.errors import ServingError
 from serving.monitoring import ServingMetrics
 from serving.protos import BatchingParameters
@@ -157,3 +157,12 @@ def test_options_from_proto():
     params.allowed_batch_sizes[:] = [16, 8, 32]
     with pytest.raises(ValueError, match="increasing"):
         BatchOptions.from_proto(params)
+
+
+def test_inputs_without_a_batch_dimension_cannot_be_batched():
+    # As in TF Serving: a signature with scalar inputs (e.g. a beam width) fails under batching.
+    results, _ = run_all(BatchOptions(), RecordingModel(), [np.float32(3.0) * np.ones(())])
+    assert results[0].code == "INVALID_ARGUMENT"
+    assert results[0].message == "Batching Run() input tensors must have at least one dimension"
+    with pytest.raises(ServingError, match="equal 0th-dimension size"):
+        batch_size({"a": np.ones(2), "b": np.ones(3)})

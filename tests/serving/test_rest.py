@@ -12,9 +12,9 @@ import pytest
 import requests
 import tensorflow as tf
 from aiohttp import web
-from serving_fixtures import free_port
 
 from serving.monitoring import ServingMetrics
+from serving.process import free_port
 from serving.rest import RestApi
 from serving.signatures import Signature, TensorInfo
 

@@ -14,9 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from serving_fixtures import ServerProcess, write_fixture_model
+from serving_fixtures import write_fixture_model
 
 from serving.client import GrpcClient, RestClient, ServerError
+from serving.process import LocalServer
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +62,7 @@ def test_versions_swap_without_failed_requests(fixture_models, tmp_path):
     base, staging = tmp_path / "translator", tmp_path / "staging"
     base.mkdir()
     staging.mkdir()
-    server = ServerProcess(
+    server = LocalServer(
         [f"--model_base_path={base}", "--model_name=translator",
          "--file_system_poll_wait_seconds=0.2", "--max_num_load_retries=0"],
         tmp_path / "server.log", command=CLI,
@@ -128,7 +129,7 @@ def test_batching_merges_concurrent_requests_and_sigterm_drains(fixture_models, 
         "max_batch_size { value: 16 }\nbatch_timeout_micros { value: 1000000 }\n"
         "num_batch_threads { value: 1 }\n"
     )
-    server = ServerProcess(
+    server = LocalServer(
         [f"--model_base_path={fixture_models / 'translator'}", "--model_name=translator",
          "--enable_batching", f"--batching_parameters_file={tmp_path / 'batching.txt'}",
          f"--monitoring_config_file={fixture_models / 'monitoring.config'}",
@@ -169,14 +170,3 @@ def test_batching_merges_concurrent_requests_and_sigterm_drains(fixture_models, 
             rest.translate(["too late"])
     finally:
         server.stop()
-
-
-def test_startup_fails_when_no_version_loads(tmp_path):
-    (tmp_path / "m" / "1").mkdir(parents=True)
-    (tmp_path / "m" / "1" / "saved_model.pb").write_bytes(b"garbage")
-    server = ServerProcess(
-        [f"--model_base_path={tmp_path / 'm'}", "--max_num_load_retries=0"], tmp_path / "log"
-    )
-    assert server.process.wait(90) == 1
-    server.stop()
-    assert "1 model(s) did not become available" in server.log()
