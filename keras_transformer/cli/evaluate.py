@@ -1,0 +1,79 @@
+"""`keras-transformer evaluate MODEL --source-file F --target-file F`: sacreBLEU and chrF."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="translate a test set and score it with sacreBLEU (BLEU and chrF)",
+        description="Translate every line of --source-file, write the hypotheses, and print "
+        "sacreBLEU's BLEU and chrF against --target-file.",
+    )
+    parser.add_argument(
+        "model", type=Path,
+        help="run directory, export base directory (highest version) or SavedModel directory",
+    )
+    parser.add_argument("--source-file", type=Path, required=True, help="source sentences")
+    parser.add_argument(
+        "--target-file", type=Path, required=True, help="reference translations, line-aligned"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=Path("hypotheses.txt"),
+        help="where to write the translations, one per line (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--beam", type=int,
+        help="beam width, 1 = greedy (default: the export's, or 4 for a run directory)",
+    )
+    parser.add_argument("--alpha", type=float, help="length-penalty exponent (default: 0.6)")
+    parser.add_argument(
+        "--batch-size", type=int, default=64, help="sentences per batch (default: %(default)s)"
+    )
+    parser.set_defaults(run=run)
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 file, without line endings."""
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def run(args: argparse.Namespace) -> int:
+    import sacrebleu
+
+    from keras_transformer.inference.loading import LocalTranslator
+
+    if args.beam is not None and args.beam < 1:
+        print("error: --beam must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        sources, references = read_lines(args.source_file), read_lines(args.target_file)
+        if len(sources) != len(references):
+            raise ValueError(
+                f"{args.source_file} has {len(sources)} lines but {args.target_file} has "
+                f"{len(references)}; they must be line-aligned"
+            )
+        translator = LocalTranslator(args.model, args.beam, args.alpha, args.batch_size)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    hypotheses = translator.translate(sources)
+    elapsed = time.perf_counter() - started
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
+
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    print(f"{translator.description}: {len(sources)} sentences in {elapsed:.1f} s "
+          f"({len(sources) / max(elapsed, 1e-9):.1f} sentences/s); hypotheses in {args.output}")
+    print(bleu.corpus_score(hypotheses, [references]))
+    print(f"  {bleu.get_signature()}")
+    print(chrf.corpus_score(hypotheses, [references]))
+    print(f"  {chrf.get_signature()}")
+    return 0

@@ -1,0 +1,63 @@
+"""`keras-transformer export RUN_DIR --base models/translator`: write a TF Serving version."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="export a trained run as a SavedModel in TF Serving's <base>/<version>/ layout",
+        description="Export the best model of a run, with its tokenizers and the decoding loop, "
+        "as <base>/<version>/ (written aside, then renamed into place), with a warmup file.",
+    )
+    parser.add_argument("run_dir", type=Path, help="run directory written by `train`")
+    parser.add_argument(
+        "--base", type=Path, default=Path("models/translator"),
+        help="model base path, the directory holding the versions (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--version", type=int, help="version number (default: one more than the highest)"
+    )
+    parser.add_argument(
+        "--beam", type=int, default=4, help="beam width, 1 = greedy (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=0.6,
+        help="length-penalty exponent (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-length", type=int,
+        help="most target tokens (default: source length + 50, capped at the model's)",
+    )
+    parser.add_argument(
+        "--warmup-file", type=Path,
+        help="source sentences (one per line) for the warmup requests "
+        "(default: a few made of vocabulary words)",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from keras_transformer.export import export_run
+
+    if args.beam < 1:
+        print("error: --beam must be at least 1", file=sys.stderr)
+        return 2
+    sentences = None
+    if args.warmup_file is not None:
+        lines = args.warmup_file.read_text(encoding="utf-8").splitlines()
+        sentences = [line.strip() for line in lines if line.strip()][:10]
+    try:
+        path = export_run(
+            args.run_dir, args.base, args.version, args.beam, args.alpha, args.max_length,
+            sentences,
+        )
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0

@@ -1,0 +1,99 @@
+"""`keras-transformer translate`: translate sentences with a local model or a model server.
+
+    keras-transformer translate --model models/translator "Ein Mann fährt Fahrrad."
+    keras-transformer translate --model runs/multi30k --beam 8 < sentences.de
+    keras-transformer translate --server grpc://127.0.0.1:8500 "Ein Hund läuft."
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "translate",
+        help="translate sentences (arguments, or stdin lines) with a model or a server",
+        description="Translate the given sentences, or each line of stdin when none is given, "
+        "printing one translation per line.",
+    )
+    parser.add_argument("sentences", nargs="*", help="sentences to translate (default: stdin)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--model", type=Path,
+        help="export base directory (highest version), SavedModel version directory, or run "
+        "directory",
+    )
+    source.add_argument(
+        "--server", help="model server URL: http://host:8501 (REST) or grpc://host:8500"
+    )
+    parser.add_argument(
+        "--model-name", default="translator",
+        help="model name on the server (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--beam", type=int,
+        help="beam width, 1 = greedy (default: the export's, or 4 for a run directory)",
+    )
+    parser.add_argument("--alpha", type=float, help="length-penalty exponent (default: 0.6)")
+    parser.add_argument(
+        "--batch-size", type=int, default=32, help="sentences per request (default: %(default)s)"
+    )
+    parser.set_defaults(run=run)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def server_translate(args: argparse.Namespace):
+    """`translate(sentences)` through `serving.client`; with --beam/--alpha it calls the
+    `translate_with_options` signature."""
+    from keras_transformer.inference.loading import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
+    from keras_transformer.inference.translator import OPTIONS_SIGNATURE
+    from serving.client import client_for_url
+
+    if args.beam is None and args.alpha is None:
+        return client_for_url(args.server, args.model_name).translate
+    client = client_for_url(args.server, args.model_name, signature_name=OPTIONS_SIGNATURE)
+    options = dict(
+        beam_width=DEFAULT_BEAM_WIDTH if args.beam is None else args.beam,
+        alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha,
+    )
+
+    def translate(sentences):
+        outputs = client.predict({"text": list(sentences), **options})
+        return [_text(value) for value in outputs["translation"]]
+
+    return translate
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.beam is not None and args.beam < 1:
+        print("error: --beam must be at least 1", file=sys.stderr)
+        return 2
+    sentences = args.sentences or [line.rstrip("\r\n") for line in sys.stdin]
+    if args.server:
+        translate = server_translate(args)
+    else:
+        from keras_transformer.inference.loading import LocalTranslator
+
+        try:
+            translate = LocalTranslator(
+                args.model, args.beam, args.alpha, args.batch_size
+            ).translate
+        except FileNotFoundError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    for start in range(0, len(sentences), args.batch_size):
+        try:
+            translations = translate(sentences[start : start + args.batch_size])
+        # Unreachable server (requests' errors are OSErrors) or its error answer (ServerError).
+        except (OSError, RuntimeError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        for translation in translations:
+            print(translation, flush=True)
+    return 0
