@@ -18,7 +18,8 @@ from keras_transformer.text.tokenizer import (
     normalize_text,
 )
 
-# The builder walks the data set in Python; batches of sentences make that walk ~100x faster.
+# The builder counts words in a Python loop over the data set's elements; feeding it batches of
+# sentences instead of single ones makes that loop far shorter.
 _COUNT_BATCH = 1024
 _SHARED, _SOURCE, _TARGET = "shared", "source", "target"
 
@@ -33,11 +34,11 @@ def build_vocabulary(
 ) -> list[str]:
     """Learns a WordPiece vocabulary with tensorflow-text's BERT vocabulary builder.
 
-    The builder binary-searches a count threshold for sub-words; `min_count` is the lowest
-    threshold it may try (the builder's `lower_thresh`), so it bounds the vocabulary from below
-    more than `vocab_size` does. The builder can overshoot `vocab_size`; the rarest multi-character
-    pieces are then dropped, never single characters, so every word seen stays spellable.
-    Prints a progress line to stderr.
+    The builder binary-searches a count threshold for sub-words between `min_count` (its
+    `lower_thresh`) and the largest word count, aiming at `vocab_size`. A high `min_count` caps
+    the vocabulary below `vocab_size` whatever that asks; a low one can make the search stop
+    above `vocab_size`. Then the rarest multi-character pieces are dropped, never single
+    characters, so every word seen stays spellable. Prints a progress line to stderr.
 
     Args:
         sentences: Training sentences of one language (or both, for a shared vocabulary).

@@ -107,12 +107,9 @@ def test_demo_vocabularies_split_german_numbers_into_morphemes(tmp_path):
 
 
 def test_demo_sentences_round_trip_through_their_vocabularies(tmp_path):
-    train, validation = make_demo_corpus()
+    _, validation = make_demo_corpus()  # 2,000 pairs: every template, 1,000 numbers
     english, german = tokenizers_from_vocabularies(tmp_path, *demo_vocabularies())
-    for tokenizer, sentences in (
-        (english, train.sources + validation.sources),
-        (german, train.targets + validation.targets),
-    ):
+    for tokenizer, sentences in ((english, validation.sources), (german, validation.targets)):
         ids = tokenizer.tokenize(tf.constant(sentences))
         assert tokenizer.unk_id not in ids.flat_values.numpy()
         back = tokenizer.detokenize(ids.to_tensor()).numpy()

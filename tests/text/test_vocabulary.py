@@ -97,7 +97,7 @@ def test_multi30k_sentences_come_back_from_tokens(tmp_path):
     lines = {}
     for language in ("en", "de"):
         with open(MULTI30K / f"train.{language}", encoding="utf-8") as file:
-            lines[language] = [" ".join(next(file).split()) for _ in range(1000)]
+            lines[language] = [" ".join(next(file).split()) for _ in range(500)]
     source, target = build_tokenizers(
         ParallelCorpus(lines["en"], lines["de"]), tmp_path, vocab_size=4000
     )
