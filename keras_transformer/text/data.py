@@ -190,7 +190,8 @@ def make_dataset(
         tokens_per_batch: If set, replaces `batch_size`: each batch holds as many sentences as
             fit this many (padded) tokens per sequence tensor.
         bucket_width: Batch pairs whose lengths fall in the same window of this many tokens,
-            which cuts padding; `None` batches in corpus order and pads to the longest pair.
+            which cuts padding; `None` batches pairs in (shuffled) order, each batch padded to
+            its longest pair.
         shuffle: Shuffle the pairs (the whole corpus, reshuffled every epoch).
         seed: Shuffle seed.
         drop_remainder: Drop incomplete batches, so the batch dimension is static.
