@@ -10,4 +10,5 @@ what it serves, real TF Serving serves too. Modules:
 * `prediction` / `batching`: running requests, dynamic batching.
 * `rest` / `grpc_service` / `monitoring` / `server`: the APIs, metrics, process wiring.
 * `client`: REST and gRPC clients with a `translate()` helper.
+* `process`: `LocalServer`, the server as a child process on free ports (demo, tests, bench).
 """
