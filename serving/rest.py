@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from serving import examples, json_tensor
 from serving.errors import ServingError, from_exception, invalid_argument
 from serving.prediction import Predictor
+from serving.servable import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
 _V1 = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
@@ -162,7 +163,7 @@ class RestApi:
         doc = json_tensor.parse_request(body)
         signature_name = json_tensor.signature_name(doc)
         servable = self._predictor.servable(route.model, route.version, route.label)
-        key = signature_name or "serving_default"
+        key = signature_name or DEFAULT_SIGNATURE
         if key not in servable.signatures:
             raise invalid_argument(f'Serving signature name: "{key}" not found in signature def')
         signature = servable.signatures[key]
