@@ -17,6 +17,7 @@ COMMANDS = (
     "export",
     "translate",
     "evaluate",
+    "demo",
 )
 
 
