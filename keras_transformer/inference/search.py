@@ -56,6 +56,11 @@ def _with_shapes_of(new_values, old_values):
     return tf.nest.map_structure(restore, new_values, old_values)
 
 
+def _smaller(a, b):
+    """min(a, b), as a Python int when both are (XLA needs static top-k sizes)."""
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else tf.minimum(a, b)
+
+
 def greedy_search(
     step_fn: StepFn,
     state,
@@ -177,12 +182,14 @@ def beam_search(
             step > 0, tf.gather(alive_tokens, tf.maximum(step - 1, 0), axis=2), start_id
         )
         log_probs, new_state = step_fn(tf.reshape(previous, (-1,)), step, state)
-        vocab_size = tf.shape(log_probs)[-1]
-        log_probs = tf.reshape(log_probs, (batch, beam, vocab_size))
-        candidates = tf.reshape(alive_log_prob[:, :, None] + log_probs, (batch, -1))
-        top_log_prob, top_index = tf.math.top_k(candidates, k=2 * beam)
-        origin = top_index // vocab_size
-        token = top_index % vocab_size
+        # Two stages: only a prefix's own 2K best tokens can be among its source's 2K best
+        # candidates, so the search over `beam * vocab` candidates shrinks to `beam * 2K`.
+        per_prefix = _smaller(2 * beam, log_probs.shape[-1] or tf.shape(log_probs)[-1])
+        prefix_log_prob, prefix_token = tf.math.top_k(log_probs, k=per_prefix)
+        candidates = alive_log_prob[:, :, None] + tf.reshape(prefix_log_prob, (batch, beam, -1))
+        top_log_prob, top_index = tf.math.top_k(tf.reshape(candidates, (batch, -1)), k=2 * beam)
+        origin = top_index // per_prefix
+        token = tf.gather(tf.reshape(prefix_token, (batch, -1)), top_index, batch_dims=1)
         sequences = write_column(tf.gather(alive_tokens, origin, batch_dims=1), step, token)
         length_norm = length_penalty(step + 1, alpha)
 
