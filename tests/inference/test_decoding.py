@@ -24,10 +24,21 @@ def sources(make_examples):
     return source
 
 
+_traced = {}
+
+
 def decode(function, source, jit_compile=False, **options):
-    tokens, scores = tf.function(
-        lambda tokens: function(tokens, **options), jit_compile=jit_compile
-    )(tf.constant(source))
+    """Runs a decoding method in `tf.function` (traced once per method and options; XLA needs
+    static shapes, so compiled ones are traced per source shape)."""
+    key = (function, jit_compile, tuple(sorted(options.items())))
+    if key not in _traced:
+        signature = None if jit_compile else [tf.TensorSpec([None, None], tf.int32)]
+        _traced[key] = tf.function(
+            lambda tokens: function(tokens, **options),
+            input_signature=signature,
+            jit_compile=jit_compile,
+        )
+    tokens, scores = _traced[key](tf.constant(source, tf.int32))
     return tokens.numpy(), scores.numpy()
 
 
