@@ -78,3 +78,42 @@ def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
         return flag
     value = strategy.run(lambda: tf.constant(float(flag)))
     return bool(strategy.reduce(tf.distribute.ReduceOp.MAX, value, axis=None).numpy() > 0)
+
+
+
+
+def patch_for_multi_worker(model, strategy: tf.distribute.Strategy) -> None:
+    """Works around two gaps of Keras 3's `fit` under `MultiWorkerMirroredStrategy`.
+
+    1. Before the first step, `fit`/`evaluate` average one distributed data batch with
+       `strategy.reduce` just to learn its shapes; the multi-worker strategy cannot reduce a
+       nested batch (our dict of inputs, keras-team/keras#20329). The first local replica's
+       batch has the same shapes, so the model is built from that instead.
+    2. After every step the logs are averaged over workers with `reduce("MEAN", axis=0)`, which
+       rejects the scalar losses and metrics. The steps return them as shape `(1,)` instead, so
+       the same reduction yields the worker average as a scalar.
+
+    Args:
+        model: a compiled model created under `strategy.scope()`.
+        strategy: its strategy.
+    """
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda value: strategy.experimental_local_results(value)[0], next(batches)
+                )
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    def with_vector_logs(step):
+        def vector_logs_step(data):
+            return tf.nest.map_structure(lambda value: tf.reshape(value, [1]), step(data))
+
+        return vector_logs_step
+
+    model._maybe_symbolic_build = maybe_symbolic_build
+    model.train_step = with_vector_logs(model.train_step)
+    model.test_step = with_vector_logs(model.test_step)

@@ -26,6 +26,7 @@ from keras_transformer.training.distribution import (
     any_worker,
     is_chief,
     make_strategy,
+    patch_for_multi_worker,
     worker_directory,
 )
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
@@ -209,6 +210,7 @@ def train(
         _check_resumable(paths, config, settings)
     save_run_config(paths.config, config, settings)
 
+    # model.fit splits each batch across replicas (and workers): batch_size is the global batch.
     dataset_options = dict(batch_size=settings.batch_size, max_length=config.max_length)
     train_data = make_dataset(
         train_corpus, source_tokenizer, target_tokenizer, seed=settings.seed, **dataset_options
@@ -222,6 +224,8 @@ def train(
     with strategy.scope(), dtype_policy(settings.mixed_precision):
         model = build_transformer(config)
         compile_model(model, config, settings)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        patch_for_multi_worker(model, strategy)
 
     previous = read_history(paths.root) if resuming else {}
     best_val_loss = min(previous.get("val_loss", []), default=None)
