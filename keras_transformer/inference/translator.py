@@ -76,7 +76,7 @@ class Translator(tf.Module):
         """Strings `(batch,)` -> int64 `(batch, source_length)`, 0-padded, trimmed to fit the
         model's positional encoding."""
         ids = self.source_tokenizer.tokenize(text)
-        return ids[:, : self._decoder.max_length].to_tensor(default_value=0, shape=None)
+        return ids[:, : self._decoder.max_length].to_tensor(default_value=0)
 
     def _translate_ids(self, source_tokens):
         return self._outputs(
