@@ -17,6 +17,7 @@ COMMANDS = (
     "export",
     "translate",
     "evaluate",
+    "plot_attention",
     "demo",
 )
 

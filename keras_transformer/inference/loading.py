@@ -3,13 +3,16 @@ export base directory (its highest version), behind one `translate(sentences)` c
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.inference.translator import (
+    ATTENTION_SIGNATURE,
     OPTIONS_SIGNATURE,
     SERVING_SIGNATURE,
     Translator,
@@ -34,6 +37,24 @@ def find_saved_model(path: str | os.PathLike) -> Path | None:
         if child.name.isdigit() and (child / "saved_model.pb").is_file()
     ]
     return path / str(max(versions)) if versions else None
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossAttention:
+    """Where each generated target piece looked in the source.
+
+    Attributes:
+        translation: the translated sentence.
+        weights: float32 `(num_layers, num_heads, target_length, source_length)`; row `i` is the
+            attention while producing `target_pieces[i]`.
+        source_pieces: the source word pieces.
+        target_pieces: the generated word pieces, then `[END]`.
+    """
+
+    translation: str
+    weights: np.ndarray
+    source_pieces: list[str]
+    target_pieces: list[str]
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -80,6 +101,7 @@ class LocalTranslator:
             )
             self.description = f"run directory {path}"
             self._call = translator.translate
+            self._attention = translator.attention
             return
         saved_model = find_saved_model(path)
         if saved_model is None:
@@ -89,6 +111,7 @@ class LocalTranslator:
             )
         self._loaded = tf.saved_model.load(os.fspath(saved_model))
         self.description = f"SavedModel {saved_model}"
+        self._attention = self._loaded.signatures.get(ATTENTION_SIGNATURE)
         if beam_width is None and alpha is None:
             signature = self._loaded.signatures[SERVING_SIGNATURE]
             self._call = lambda text: signature(text=text)
@@ -99,6 +122,23 @@ class LocalTranslator:
                 alpha=tf.constant(DEFAULT_ALPHA if alpha is None else alpha, tf.float32),
             )
             self._call = lambda text: signature(text=text, **options)
+
+    def attention(self, sentence: str) -> CrossAttention:
+        """Translates one sentence and returns the cross-attention behind the translation."""
+        if self._attention is None:
+            raise ValueError(f"{self.description} has no '{ATTENTION_SIGNATURE}' signature")
+        outputs = self._attention(text=tf.constant([sentence]))
+
+        def pieces(row) -> list[str]:
+            return [piece.decode("utf-8") for piece in row.numpy() if piece != b"[PAD]"]
+
+        source, target = pieces(outputs["source_pieces"][0]), pieces(outputs["target_pieces"][0])
+        return CrossAttention(
+            translation=outputs["translation"][0].numpy().decode("utf-8"),
+            weights=outputs["attention"][0, :, :, : len(target), : len(source)].numpy(),
+            source_pieces=source,
+            target_pieces=target,
+        )
 
     def translate(self, sentences: Sequence[str]) -> list[str]:
         """Translates sentences, `batch_size` at a time, similar lengths batched together."""
