@@ -19,8 +19,9 @@ from keras_transformer.text.data import (
     read_parallel_files,
     read_tsv,
 )
-from keras_transformer.text.demo_data import make_demo_corpus
-from keras_transformer.text.vocabulary import build_tokenizers
+from keras_transformer.text.demo_data import demo_vocabularies, make_demo_corpus
+from keras_transformer.text.tokenizer import SubwordTokenizer
+from keras_transformer.text.vocabulary import build_tokenizers, tokenizers_from_vocabularies
 from keras_transformer.training.callbacks import HistoryWriter, TimeBudget
 from keras_transformer.training.distribution import (
     any_worker,
@@ -48,6 +49,8 @@ from keras_transformer.training.settings import (
 # Settings that may change when an interrupted run is resumed; anything else would make the
 # backed-up weights or the vocabularies mean something else.
 RESUMABLE_CHANGES = frozenset({"epochs", "time_budget_minutes"})
+# Under XLA, batch lengths are padded to multiples of this (see `pad_to_multiple`).
+SHAPE_MULTIPLE = 8
 
 
 def load_corpora(settings: TrainingSettings) -> tuple[ParallelCorpus, ParallelCorpus]:
@@ -76,6 +79,32 @@ def load_corpora(settings: TrainingSettings) -> tuple[ParallelCorpus, ParallelCo
     return hold_out(train, settings.validation_fraction, settings.seed)
 
 
+def make_tokenizers(
+    settings: TrainingSettings, corpus: ParallelCorpus, directory: Path
+) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    """The run's WordPiece tokenizers, saved in `directory`.
+
+    Learned from the training text with tensorflow-text's vocabulary builder; for the built-in
+    demo data, the demo task's rule-made vocabularies instead (the builder needs minutes on its
+    long German compounds and still spells small numbers letter by letter).
+    """
+    if settings.source_file is None and settings.tsv_file is None:
+        english, german = demo_vocabularies()
+        if settings.shared_vocab:
+            known = set(english)
+            return tokenizers_from_vocabularies(
+                directory, english + [token for token in german if token not in known], None
+            )
+        return tokenizers_from_vocabularies(directory, english, german)
+    return build_tokenizers(
+        corpus,
+        directory,
+        vocab_size=settings.vocab_size,
+        lower_case=settings.lower_case,
+        shared=settings.shared_vocab,
+    )
+
+
 def hold_out(
     corpus: ParallelCorpus, fraction: float, seed: int
 ) -> tuple[ParallelCorpus, ParallelCorpus]:
@@ -97,6 +126,30 @@ def hold_out(
         )
 
     return subset(kept), subset(held)
+
+
+def pad_to_multiple(dataset: tf.data.Dataset, multiple: int) -> tf.data.Dataset:
+    """Pads the token dimension of every batch up to a multiple of `multiple` (with id 0).
+
+    With XLA every new input shape is a new compilation; bucketed batches come in every length,
+    padded ones in `max_length / multiple` lengths per side, for a little more padding.
+
+    Args:
+        dataset: `({"source_tokens", "target_tokens"}, labels)` batches, `(batch, length)` each.
+        multiple: the length quantum.
+
+    Returns:
+        the same batches, zero-padded on the right.
+    """
+
+    def pad(tokens):
+        length = tf.shape(tokens)[1]
+        return tf.pad(tokens, [[0, 0], [0, (-length) % multiple]])
+
+    return dataset.map(
+        lambda inputs, labels: ({name: pad(ids) for name, ids in inputs.items()}, pad(labels)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
 
 
 def compile_model(
@@ -195,13 +248,7 @@ def train(
     if resuming:
         source_tokenizer, target_tokenizer = load_run_tokenizers(paths.root)
     else:
-        source_tokenizer, target_tokenizer = build_tokenizers(
-            train_corpus,
-            paths.vocab,
-            vocab_size=settings.vocab_size,
-            lower_case=settings.lower_case,
-            shared=settings.shared_vocab,
-        )
+        source_tokenizer, target_tokenizer = make_tokenizers(settings, train_corpus, paths.vocab)
     config = config.replace(
         source_vocab_size=source_tokenizer.vocab_size,
         target_vocab_size=target_tokenizer.vocab_size,
@@ -220,6 +267,9 @@ def train(
     val_data = make_dataset(
         val_corpus, source_tokenizer, target_tokenizer, shuffle=False, **dataset_options
     )
+    if settings.jit_compile:
+        train_data = pad_to_multiple(train_data, SHAPE_MULTIPLE)
+        val_data = pad_to_multiple(val_data, SHAPE_MULTIPLE)
 
     with strategy.scope(), dtype_policy(settings.mixed_precision):
         model = build_transformer(config)

@@ -1,0 +1,336 @@
+"""Multi30k German -> English: training speed against the TensorFlow tutorial's model, and BLEU.
+
+Prints figures, asserts nothing. Two parts, in one run:
+
+1. Speed (`--speed-steps` steps each, after `--warmup-steps` untimed ones): our model and data
+   pipeline (length bucketing, d_k = d_model / heads) against a reference built the way the
+   TensorFlow "Neural machine translation with a Transformer and Keras" tutorial builds it
+   (`keras.layers.MultiHeadAttention` with key_dim = d_model per head, implicit Keras masks,
+   batches padded to their longest sentence, no bucketing), same d_model / layers / heads / data /
+   batch / tokenizers / loss / optimizer. Reported: real (non-padding) target tokens per second,
+   and FLOP utilisation = model FLOPs per second (from the shapes actually computed) / a float32
+   matmul rate measured in the same run.
+2. Quality (unless `--speed-only`): `keras_transformer.training.train` under `--time-budget`
+   minutes, then validation loss and sacreBLEU on the validation set (lowercased and cased),
+   decoded with the project's cached beam search.
+
+Examples:
+    python bench/train_multi30k.py --speed-only                 # a few minutes
+    nohup python bench/train_multi30k.py --time-budget 60 > /tmp/bench_train.log &
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default=str(REPO_ROOT / "../shared/data/multi30k"),
+                        help="directory with train.{de,en} and val.{de,en}")
+    parser.add_argument("--run-dir", default=str(REPO_ROOT / "runs/multi30k"))
+    parser.add_argument("--speed-only", action="store_true", help="skip the quality run")
+    parser.add_argument("--speed-steps", type=int, default=40)
+    parser.add_argument("--warmup-steps", type=int, default=5)
+    parser.add_argument("--time-budget", type=float, default=60.0, help="training minutes")
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--d-ff", type=int, default=512)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--shared-vocab", action="store_true")
+    parser.add_argument("--lower-case", action="store_true")
+    parser.add_argument("--label-smoothing", type=float, default=0.1)
+    parser.add_argument("--warmup", type=int, default=4000, help="schedule warm-up steps")
+    parser.add_argument("--learning-rate-scale", type=float, default=1.0)
+    parser.add_argument("--mixed-precision", action="store_true")
+    parser.add_argument("--jit-compile", action="store_true",
+                        help="XLA for our model (batch lengths padded to multiples of 8)")
+    parser.add_argument("--beam-width", type=int, default=4)
+    return parser.parse_args()
+
+
+def matmul_flops_per_second(size: int = 1024, seconds: float = 3.0) -> float:
+    """float32 matmul rate of this machine: repeated `(size, size) @ (size, size)`."""
+    import tensorflow as tf
+
+    a = tf.random.normal((size, size))
+    b = tf.random.normal((size, size))
+
+    @tf.function
+    def multiply(a, b):
+        return tf.matmul(a, b)
+
+    multiply(a, b).numpy()
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        multiply(a, b).numpy()
+        count += 1
+    return 2 * size**3 * count / (time.perf_counter() - start)
+
+
+def transformer_flops(config, batch: int, source: int, target: int, head_width: int) -> float:
+    """Training FLOPs of one step (forward matmuls x 3 for the backward pass).
+
+    Args:
+        config: TransformerConfig.
+        batch, source, target: the padded shapes of the step.
+        head_width: projection width per head (d_model / heads for ours, d_model for the
+            tutorial's key_dim = d_model).
+    """
+    d, ff, vocab = config.d_model, config.d_ff, config.target_vocab_size
+    inner = config.num_heads * head_width
+
+    def attention(queries, keys):
+        projections = 2 * queries * d * inner * 2 + 2 * keys * d * inner * 2  # Q, O | K, V
+        return projections + 2 * 2 * queries * keys * inner  # scores and weighted sum
+
+    encoder = attention(source, source) + 2 * 2 * source * d * ff
+    decoder = attention(target, target) + attention(target, source) + 2 * 2 * target * d * ff
+    forward = (config.num_encoder_layers * encoder + config.num_decoder_layers * decoder
+               + 2 * target * d * vocab)
+    return 3.0 * batch * forward
+
+
+def reference_model(config):
+    """The TensorFlow tutorial's Transformer (post-LN, key_dim = d_model, implicit masks)."""
+    import keras
+    import numpy as np
+
+    from keras_transformer.layers import sinusoidal_encoding
+
+    d = config.d_model
+
+    class TutorialEmbedding(keras.layers.Layer):
+        def __init__(self, vocab_size, **kwargs):
+            super().__init__(**kwargs)
+            self.embedding = keras.layers.Embedding(vocab_size, d, mask_zero=True)
+            self.encoding = sinusoidal_encoding(config.max_length, d)
+
+        def compute_mask(self, x, mask=None):
+            return self.embedding.compute_mask(x, mask)
+
+        def compute_output_shape(self, input_shape):
+            return (*input_shape, d)
+
+        def call(self, x):
+            length = keras.ops.shape(x)[1]
+            encoding = keras.ops.convert_to_tensor(self.encoding)[None, :length]
+            return self.embedding(x) * np.sqrt(d).astype("float32") + encoding
+
+    def attention_block(x, context=None, causal=False):
+        attention = keras.layers.MultiHeadAttention(config.num_heads, key_dim=d,
+                                                    dropout=config.dropout)
+        if context is None:
+            attended = attention(query=x, value=x, key=x, use_causal_mask=causal)
+        else:
+            attended = attention(query=x, value=context, key=context)
+        return keras.layers.LayerNormalization()(keras.layers.Add()([x, attended]))
+
+    def feed_forward(x):
+        h = keras.layers.Dense(config.d_ff, activation="relu")(x)
+        h = keras.layers.Dropout(config.dropout)(keras.layers.Dense(d)(h))
+        return keras.layers.LayerNormalization()(keras.layers.Add()([x, h]))
+
+    source = keras.Input((None,), dtype="int32", name="source_tokens")
+    target = keras.Input((None,), dtype="int32", name="target_tokens")
+    x = keras.layers.Dropout(config.dropout)(TutorialEmbedding(config.source_vocab_size)(source))
+    for _ in range(config.num_encoder_layers):
+        x = feed_forward(attention_block(x))
+    y = keras.layers.Dropout(config.dropout)(TutorialEmbedding(config.target_vocab_size)(target))
+    for _ in range(config.num_decoder_layers):
+        y = feed_forward(attention_block(attention_block(y, causal=True), context=x))
+    logits = keras.layers.Dense(config.target_vocab_size)(y)
+    return keras.Model({"source_tokens": source, "target_tokens": target}, logits)
+
+
+def tutorial_dataset(corpus, source_tokenizer, target_tokenizer, batch_size, max_length, seed):
+    """Batches as the tutorial makes them: shuffle, batch, tokenize, pad to the longest."""
+    import tensorflow as tf
+
+    def prepare(sources, targets):
+        source = source_tokenizer.tokenize(sources)[:, :max_length].to_tensor()
+        target = target_tokenizer.tokenize(targets)[:, : max_length - 1]
+        column = tf.ones([target.nrows(), 1], tf.int64)
+        inputs = tf.concat([column * target_tokenizer.start_id, target], 1).to_tensor()
+        labels = tf.concat([target, column * target_tokenizer.end_id], 1).to_tensor()
+        return {"source_tokens": source, "target_tokens": inputs}, labels
+
+    return (
+        tf.data.Dataset.from_tensor_slices((corpus.sources, corpus.targets))
+        .shuffle(20000, seed=seed)
+        .batch(batch_size)
+        .map(prepare, tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def measure_speed(model, dataset, config, head_width, steps, warmup):
+    """Trains `warmup + steps` steps one `train_on_batch` at a time; times the last `steps`.
+
+    Returns:
+        dict: real target tokens/s, padded target tokens/s, model FLOP/s, seconds.
+    """
+    import numpy as np
+
+    batches = iter(dataset.repeat())
+    for _ in range(warmup):
+        inputs, labels = next(batches)
+        model.train_on_batch(inputs, labels)
+    real = padded = flops = 0.0
+    start = time.perf_counter()
+    for _ in range(steps):
+        inputs, labels = next(batches)
+        model.train_on_batch(inputs, labels)
+        real += float(np.count_nonzero(labels.numpy()))
+        padded += float(np.prod(labels.shape))
+        batch, source_length = inputs["source_tokens"].shape
+        flops += transformer_flops(config, batch, source_length, labels.shape[1], head_width)
+    seconds = time.perf_counter() - start
+    return {"tokens_per_s": real / seconds, "padded_tokens_per_s": padded / seconds,
+            "flops_per_s": flops / seconds, "seconds": seconds, "real_fraction": real / padded}
+
+
+def speed_comparison(args, config, settings, corpus, source_tokenizer, target_tokenizer):
+    import keras
+
+    from keras_transformer.model import build_transformer
+    from keras_transformer.text.data import make_dataset
+    from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+    from keras_transformer.training.metrics import MaskedAccuracy
+    from keras_transformer.training.schedules import TransformerSchedule
+    from keras_transformer.training.trainer import (
+        SHAPE_MULTIPLE,
+        compile_model,
+        dtype_policy,
+        pad_to_multiple,
+    )
+
+    rate = matmul_flops_per_second()
+    print(f"float32 matmul rate (1024x1024, this run): {rate / 1e9:.1f} GFLOP/s")
+
+    keras.utils.set_random_seed(0)
+    reference = reference_model(config)
+    reference.compile(
+        optimizer=keras.optimizers.Adam(TransformerSchedule(config.d_model, settings.warmup_steps),
+                                        beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=config.label_smoothing),
+        metrics=[MaskedAccuracy()],
+    )
+    reference_data = tutorial_dataset(corpus, source_tokenizer, target_tokenizer,
+                                      settings.batch_size, config.max_length, seed=0)
+    keras.utils.set_random_seed(0)
+    with dtype_policy(settings.mixed_precision):
+        ours = build_transformer(config)
+        compile_model(ours, config, settings)
+    our_data = make_dataset(corpus, source_tokenizer, target_tokenizer,
+                            batch_size=settings.batch_size, max_length=config.max_length, seed=0)
+    if settings.jit_compile:
+        our_data = pad_to_multiple(our_data, SHAPE_MULTIPLE)
+
+    results = {}
+    for name, model, data, head_width in (
+        ("reference (tutorial)", reference, reference_data, config.d_model),
+        ("ours", ours, our_data, config.d_k),
+    ):
+        result = measure_speed(model, data, config, head_width, args.speed_steps,
+                               args.warmup_steps)
+        results[name] = result
+        print(f"{name:>21}: {result['tokens_per_s']:8.0f} real target tokens/s "
+              f"({result['real_fraction']:.0%} of target positions real), "
+              f"{result['flops_per_s'] / 1e9:6.2f} GFLOP/s = {result['flops_per_s'] / rate:.0%} "
+              f"of the matmul rate, {args.speed_steps} steps in {result['seconds']:.1f} s")
+    ratio = results["ours"]["tokens_per_s"] / results["reference (tutorial)"]["tokens_per_s"]
+    print(f"speed-up (real target tokens/s, ours / reference): {ratio:.2f}x")
+
+
+def bleu(run, sources, references, beam_width):
+    """sacreBLEU of the run's translations of `sources`, lowercased and cased."""
+    import sacrebleu
+    import tensorflow as tf
+
+    from keras_transformer.inference.translator import Translator
+
+    translator = Translator(run.model, run.source_tokenizer, run.target_tokenizer,
+                            beam_width=beam_width)
+    hypotheses = []
+    for start in range(0, len(sources), 64):
+        batch = tf.constant(sources[start: start + 64])
+        hypotheses += [t.decode("utf-8")
+                       for t in translator.translate(batch)["translation"].numpy()]
+    lower = sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score
+    cased = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    return lower, cased, hypotheses
+
+
+def main() -> int:
+    args = parse_args()
+    import tensorflow as tf
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.text.data import read_parallel_files
+    from keras_transformer.text.vocabulary import build_tokenizers, load_tokenizers
+    from keras_transformer.training.settings import TrainingSettings
+    from keras_transformer.training.trainer import train
+
+    data = Path(args.data_dir)
+    files = {name: str(data / name) for name in ("train.de", "train.en", "val.de", "val.en")}
+    settings = TrainingSettings(
+        source_file=files["train.de"], target_file=files["train.en"],
+        val_source_file=files["val.de"], val_target_file=files["val.en"],
+        epochs=1000, batch_size=args.batch_size, warmup_steps=args.warmup,
+        learning_rate_scale=args.learning_rate_scale, time_budget_minutes=args.time_budget,
+        mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
+        vocab_size=args.vocab_size,
+        lower_case=args.lower_case, shared_vocab=args.shared_vocab,
+    )
+    print(f"TensorFlow {tf.__version__}, {len(tf.config.list_logical_devices('GPU'))} GPU(s), "
+          f"{len(tf.config.list_logical_devices('CPU'))} CPU device(s)")
+    corpus = read_parallel_files(files["train.de"], files["train.en"])
+
+    vocab_dir = Path(args.run_dir + "-speed-vocab")
+    if vocab_dir.is_dir():
+        source_tokenizer, target_tokenizer = load_tokenizers(vocab_dir)
+    else:
+        source_tokenizer, target_tokenizer = build_tokenizers(
+            corpus, vocab_dir, vocab_size=args.vocab_size, lower_case=args.lower_case,
+            shared=args.shared_vocab, source_name="de", target_name="en")
+    config = TransformerConfig(
+        source_vocab_size=source_tokenizer.vocab_size,
+        target_vocab_size=target_tokenizer.vocab_size,
+        num_encoder_layers=args.layers, num_decoder_layers=args.layers, d_model=args.d_model,
+        num_heads=args.heads, d_ff=args.d_ff, dropout=args.dropout, max_length=128,
+        share_embeddings=args.shared_vocab, label_smoothing=args.label_smoothing,
+    )
+    print(f"model: {config}")
+    speed_comparison(args, config, settings, corpus, source_tokenizer, target_tokenizer)
+    if args.speed_only:
+        return 0
+
+    start = time.perf_counter()
+    run = train(config, settings, args.run_dir, verbose=2)
+    minutes = (time.perf_counter() - start) / 60
+    best = min(range(len(run.history["val_loss"])), key=run.history["val_loss"].__getitem__)
+    val = read_parallel_files(files["val.de"], files["val.en"])
+    lower, cased, hypotheses = bleu(run, val.sources, val.targets, args.beam_width)
+    print(f"trained {len(run.history['epoch'])} epochs in {minutes:.1f} min; best val_loss "
+          f"{run.history['val_loss'][best]:.3f} (perplexity "
+          f"{math.exp(run.history['val_loss'][best]):.1f}, label-smoothed) at epoch "
+          f"{run.history['epoch'][best]}")
+    print(f"sacreBLEU on val ({len(val)} sentences, beam {args.beam_width}): "
+          f"{lower:.1f} lowercased, {cased:.1f} cased")
+    examples = zip(val.sources[:3], hypotheses[:3], val.targets[:3], strict=True)
+    for source, hypothesis, reference in examples:
+        print(f"  {source}\n    -> {hypothesis}\n    ref {reference}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
