@@ -79,7 +79,9 @@ def trained_run_dir(tmp_path_factory) -> Path:
     numbers never seen in training. Read it with `keras_transformer.training.load_run`.
     """
     root = tmp_path_factory.mktemp("trained_run")
-    train_corpus, val_corpus = make_demo_corpus(max_number=99, sentences_per_number=3, seed=0)
+    train_corpus, val_corpus = make_demo_corpus(
+        max_number=99, sentences_per_number=3, sentences_per_basic_number=3, seed=0
+    )
     write_corpus(train_corpus, root / "train.en", root / "train.de")
     write_corpus(val_corpus, root / "val.en", root / "val.de")
     settings = TrainingSettings(

@@ -42,7 +42,9 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="train on the built-in data, export, serve, answer a REST request",
-        description=__doc__.splitlines()[0],
+        description="Train a small model on the built-in English -> German number data, export "
+        "it, serve it with the local TF-Serving-compatible server, send a REST request and print "
+        "the answer.",
     )
     parser.add_argument(
         "--workdir", default=".", help="where runs/demo and models/demo_translator go"

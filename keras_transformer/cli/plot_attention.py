@@ -16,7 +16,8 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "plot-attention",
         help="draw the cross-attention of a translation, one PNG per decoder layer",
-        description=__doc__.splitlines()[0],
+        description="Translate a sentence and write one PNG per decoder layer of its "
+        "cross-attention weights (a panel per head; target pieces down, source pieces across).",
     )
     parser.add_argument("sentence", help="the source sentence to translate")
     parser.add_argument(

@@ -120,6 +120,7 @@ def make_demo_corpus(
     *,
     max_number: int = 9999,
     sentences_per_number: int = 2,
+    sentences_per_basic_number: int = 8,
     validation_fraction: float = 0.1,
     seed: int = 0,
 ) -> tuple[ParallelCorpus, ParallelCorpus]:
@@ -127,11 +128,15 @@ def make_demo_corpus(
 
     The split is by number, so no validation number (hence no validation sentence) occurs in
     training: validation measures generalization to unseen compositions. Each number appears in
-    `sentences_per_number` different templates, the bare number word among the choices.
+    `sentences_per_number` different templates, the bare number word among the choices. Basic
+    numbers (below 100, and whole hundreds and thousands) are the building blocks of all others
+    but would be a small share of a uniform draw (a model then mistranslates "twelve" or "one
+    hundred"), so they get `sentences_per_basic_number` templates.
 
     Args:
         max_number: Largest number used (from 0).
         sentences_per_number: Templates drawn per number (at most 3 for numbers ending in one).
+        sentences_per_basic_number: Templates drawn per basic number.
         validation_fraction: Share of the numbers held out for validation.
         seed: Seed of the split and of the template draws; same seed, same corpus.
 
@@ -146,14 +151,24 @@ def make_demo_corpus(
     rng.shuffle(numbers)
     held_out = max(1, round(validation_fraction * len(numbers)))
     splits = (sorted(numbers[held_out:]), sorted(numbers[:held_out]))
-    return tuple(_sentences(split, sentences_per_number, rng) for split in splits)
+    return tuple(
+        _sentences(split, sentences_per_number, sentences_per_basic_number, rng)
+        for split in splits
+    )
 
 
-def _sentences(numbers: list[int], per_number: int, rng: random.Random) -> ParallelCorpus:
+def _is_basic(n: int) -> bool:
+    return n < 100 or (n < 1000 and n % 100 == 0) or n % 1000 == 0
+
+
+def _sentences(
+    numbers: list[int], per_number: int, per_basic_number: int, rng: random.Random
+) -> ParallelCorpus:
     sources, targets = [], []
     for n in numbers:
         fits = [t for t in _TEMPLATES if not (t[2] and n % 100 == 1)]
-        for english, german, _ in rng.sample(fits, min(per_number, len(fits))):
+        count = per_basic_number if _is_basic(n) else per_number
+        for english, german, _ in rng.sample(fits, min(count, len(fits))):
             sources.append(english.format(en=english_number(n)))
             targets.append(german.format(de=german_number(n)))
     return ParallelCorpus(sources, targets)

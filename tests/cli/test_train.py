@@ -29,7 +29,9 @@ TINY = {
 def data(tmp_path_factory) -> dict:
     """Demo pairs for numbers 0-59 as a TSV file and as line-aligned files."""
     root = tmp_path_factory.mktemp("data")
-    train, val = make_demo_corpus(max_number=59, sentences_per_number=2, seed=1)
+    train, val = make_demo_corpus(
+        max_number=59, sentences_per_number=2, sentences_per_basic_number=2, seed=1
+    )
     paths = {"tsv": root / "train.tsv"}
     paths["tsv"].write_text(
         "".join(f"{s}\t{t}\n" for s, t in zip(train.sources, train.targets, strict=True)),
@@ -135,4 +137,6 @@ def test_resumes_after_kill_9(data, tmp_path):
     history = json.loads((run_dir / "history.json").read_text())
     assert history["epoch"] == [1, 2, 3]
     assert history["loss"][:saved_epoch] == killed_history["loss"]
+    # Restored weights: the first resumed epoch continues the descent instead of starting over.
+    assert history["loss"][saved_epoch] < 0.9 * history["loss"][0]
     assert not (run_dir / "backup").exists()

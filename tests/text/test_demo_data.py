@@ -1,3 +1,4 @@
+import collections
 import re
 
 import pytest
@@ -61,15 +62,24 @@ def _numbers(sentence):
 
 
 def test_demo_corpus_is_seeded_and_split_by_number():
-    train, validation = make_demo_corpus(max_number=999, validation_fraction=0.2, seed=5)
-    again, _ = make_demo_corpus(max_number=999, validation_fraction=0.2, seed=5)
-    other, _ = make_demo_corpus(max_number=999, validation_fraction=0.2, seed=6)
+    options = dict(max_number=999, sentences_per_basic_number=2, validation_fraction=0.2)
+    train, validation = make_demo_corpus(**options, seed=5)
+    again, _ = make_demo_corpus(**options, seed=5)
+    other, _ = make_demo_corpus(**options, seed=6)
     assert train == again and train != other
     assert (len(train), len(validation)) == (800 * 2, 200 * 2)
     train_numbers = {_numbers(s) for s in train.sources}
     validation_numbers = {_numbers(s) for s in validation.sources}
     assert not train_numbers & validation_numbers
     assert train_numbers | validation_numbers == {english_number(n) for n in range(1000)}
+
+
+def test_basic_numbers_get_more_sentences():
+    train, validation = make_demo_corpus(sentences_per_number=2, sentences_per_basic_number=8)
+    counts = collections.Counter(_numbers(s) for s in train.sources + validation.sources)
+    for n in (12, 300, 7000):
+        assert counts[english_number(n)] == 8
+    assert counts[english_number(3427)] == 2
 
 
 def test_demo_pairs_translate_the_same_number():
