@@ -6,13 +6,13 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.encoder import LAYER_NORM_EPSILON
+from keras_transformer.layers.base import LayerStack, TransformerBlock
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.residual import sublayer_input, sublayer_output
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(TransformerBlock):
     """Causal self-attention, cross-attention over the encoder output, then a feed-forward network,
     each wrapped in residual Add & Norm.
 
@@ -44,47 +44,25 @@ class DecoderLayer(keras.layers.Layer):
         updated self-attention cache if `cache_index` is given.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        # Outputs line up with the query positions, so an implicit padding mask rides through.
-        self.supports_masking = True
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.norm_first = norm_first
-        self.activation = activation
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         policy = self.dtype_policy
-
-        def norm(name):
-            return keras.layers.LayerNormalization(
-                epsilon=LAYER_NORM_EPSILON, name=name, dtype=policy
-            )
-
         self.self_attention = MultiHeadAttention(
-            num_heads, d_model, dropout, name="self_attention", dtype=policy
+            self.num_heads, self.d_model, self.dropout, name="self_attention", dtype=policy
         )
-        self.self_attention_norm = norm("self_attention_norm")
-        self.self_attention_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.self_attention_norm = self.layer_norm("self_attention_norm")
+        self.self_attention_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
         self.cross_attention = MultiHeadAttention(
-            num_heads, d_model, dropout, name="cross_attention", dtype=policy
+            self.num_heads, self.d_model, self.dropout, name="cross_attention", dtype=policy
         )
-        self.cross_attention_norm = norm("cross_attention_norm")
-        self.cross_attention_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.cross_attention_norm = self.layer_norm("cross_attention_norm")
+        self.cross_attention_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
         self.feed_forward = FeedForward(
-            d_model, d_ff, dropout, activation, name="feed_forward", dtype=policy
+            self.d_model, self.d_ff, self.dropout, self.activation, name="feed_forward",
+            dtype=policy,
         )
-        self.feed_forward_norm = norm("feed_forward_norm")
-        self.feed_forward_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.feed_forward_norm = self.layer_norm("feed_forward_norm")
+        self.feed_forward_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
 
     def build(self, input_shape):
         encoder_shape = (input_shape[0], None, self.d_model)
@@ -154,24 +132,9 @@ class DecoderLayer(keras.layers.Layer):
             results += (self_attention_cache,)
         return results[0] if len(results) == 1 else results
 
-    def compute_output_shape(self, input_shape, *args, **kwargs):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ff=self.d_ff,
-            dropout=self.dropout,
-            norm_first=self.norm_first,
-            activation=self.activation,
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(keras.layers.Layer):
+class Decoder(LayerStack):
     """Dropout on the embedded target, then N unshared `DecoderLayer`s (plus a final norm for
     pre-LN).
 
@@ -201,50 +164,8 @@ class Decoder(keras.layers.Layer):
         asked; then the updated self-attention caches if `cache_index` is given.
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        # Outputs line up with the query positions, so an implicit padding mask rides through.
-        self.supports_masking = True
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.norm_first = norm_first
-        self.activation = activation
-        policy = self.dtype_policy
-        self.input_dropout = keras.layers.Dropout(dropout, dtype=policy)
-        self.decoder_layers = [
-            DecoderLayer(
-                d_model, num_heads, d_ff, dropout, norm_first, activation,
-                name=f"decoder_layer_{index}", dtype=policy,
-            )
-            for index in range(num_layers)
-        ]
-        self.final_norm = (
-            keras.layers.LayerNormalization(
-                epsilon=LAYER_NORM_EPSILON, name="final_norm", dtype=policy
-            )
-            if norm_first
-            else None
-        )
-
-    def build(self, input_shape):
-        for layer in self.decoder_layers:
-            layer.build(input_shape)
-        if self.final_norm is not None:
-            self.final_norm.build(input_shape)
-        self.built = True
+    def make_block(self, index: int) -> DecoderLayer:
+        return DecoderLayer(name=f"decoder_layer_{index}", **self.sublayer_options())
 
     def cross_attention_caches(self, encoder_output):
         """Keys and values of the encoder output for every layer, computed once per source.
@@ -258,7 +179,7 @@ class Decoder(keras.layers.Layer):
         """
         return tuple(
             layer.cross_attention.compute_key_value(encoder_output)
-            for layer in self.decoder_layers
+            for layer in self.blocks
         )
 
     def initial_self_attention_caches(self, batch_size, max_length):
@@ -270,7 +191,7 @@ class Decoder(keras.layers.Layer):
         """
         shape = (batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
         zeros = ops.zeros(shape, dtype=self.compute_dtype)
-        return tuple((zeros, zeros) for _ in self.decoder_layers)
+        return tuple((zeros, zeros) for _ in self.blocks)
 
     def call(
         self,
@@ -286,7 +207,7 @@ class Decoder(keras.layers.Layer):
     ):
         x = self.input_dropout(x, training=training)
         all_weights, new_caches = [], []
-        for index, layer in enumerate(self.decoder_layers):
+        for index, layer in enumerate(self.blocks):
             outputs = layer(
                 x,
                 encoder_output,
@@ -309,9 +230,7 @@ class Decoder(keras.layers.Layer):
                 all_weights.append(outputs[1])
             if cache_index is not None:
                 new_caches.append(outputs[-1])
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        results = (x,)
+        results = (self.normalize_output(x),)
         if return_attention_scores:
             results += (tuple(all_weights),)
         if cache_index is not None:
@@ -322,19 +241,3 @@ class Decoder(keras.layers.Layer):
         # Stop the implicit mask here: losses and metrics mask padding explicitly, and a mask on
         # the logits would make Keras weight the loss a second time.
         return None
-
-    def compute_output_shape(self, input_shape, *args, **kwargs):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ff=self.d_ff,
-            dropout=self.dropout,
-            norm_first=self.norm_first,
-            activation=self.activation,
-        )
-        return config

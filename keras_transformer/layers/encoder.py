@@ -5,14 +5,13 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.base import LayerStack, TransformerBlock
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.residual import sublayer_input, sublayer_output
 
-LAYER_NORM_EPSILON = 1e-6
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EncoderLayer(keras.layers.Layer):
+class EncoderLayer(TransformerBlock):
     """Self-attention then a feed-forward network, each wrapped in residual Add & Norm.
 
     Args:
@@ -38,40 +37,20 @@ class EncoderLayer(keras.layers.Layer):
         (2, 5, 16)
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        # Outputs line up with the query positions, so an implicit padding mask rides through.
-        self.supports_masking = True
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.norm_first = norm_first
-        self.activation = activation
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         policy = self.dtype_policy
         self.self_attention = MultiHeadAttention(
-            num_heads, d_model, dropout, name="self_attention", dtype=policy
+            self.num_heads, self.d_model, self.dropout, name="self_attention", dtype=policy
         )
-        self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="self_attention_norm", dtype=policy
-        )
-        self.self_attention_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.self_attention_norm = self.layer_norm("self_attention_norm")
+        self.self_attention_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
         self.feed_forward = FeedForward(
-            d_model, d_ff, dropout, activation, name="feed_forward", dtype=policy
+            self.d_model, self.d_ff, self.dropout, self.activation, name="feed_forward",
+            dtype=policy,
         )
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="feed_forward_norm", dtype=policy
-        )
-        self.feed_forward_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.feed_forward_norm = self.layer_norm("feed_forward_norm")
+        self.feed_forward_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
 
     def build(self, input_shape):
         self.self_attention.build(input_shape, input_shape)
@@ -103,24 +82,9 @@ class EncoderLayer(keras.layers.Layer):
         )
         return (x, weights) if return_attention_scores else x
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ff=self.d_ff,
-            dropout=self.dropout,
-            norm_first=self.norm_first,
-            activation=self.activation,
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Encoder(keras.layers.Layer):
+class Encoder(LayerStack):
     """Dropout on the embedded source, then N unshared `EncoderLayer`s (plus a final norm for
     pre-LN).
 
@@ -137,69 +101,11 @@ class Encoder(keras.layers.Layer):
         encoder output `(batch, source_length, d_model)`.
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        # Outputs line up with the query positions, so an implicit padding mask rides through.
-        self.supports_masking = True
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.norm_first = norm_first
-        self.activation = activation
-        policy = self.dtype_policy
-        self.input_dropout = keras.layers.Dropout(dropout, dtype=policy)
-        self.encoder_layers = [
-            EncoderLayer(
-                d_model, num_heads, d_ff, dropout, norm_first, activation,
-                name=f"encoder_layer_{index}", dtype=policy,
-            )
-            for index in range(num_layers)
-        ]
-        self.final_norm = (
-            keras.layers.LayerNormalization(
-                epsilon=LAYER_NORM_EPSILON, name="final_norm", dtype=policy
-            )
-            if norm_first
-            else None
-        )
-
-    def build(self, input_shape):
-        for layer in self.encoder_layers:
-            layer.build(input_shape)
-        if self.final_norm is not None:
-            self.final_norm.build(input_shape)
-        self.built = True
+    def make_block(self, index: int) -> EncoderLayer:
+        return EncoderLayer(name=f"encoder_layer_{index}", **self.sublayer_options())
 
     def call(self, x, padding_mask=None, training=None):
         x = self.input_dropout(x, training=training)
-        for layer in self.encoder_layers:
-            x = layer(x, padding_mask=padding_mask, training=training)
-        return x if self.final_norm is None else self.final_norm(x)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ff=self.d_ff,
-            dropout=self.dropout,
-            norm_first=self.norm_first,
-            activation=self.activation,
-        )
-        return config
+        for block in self.blocks:
+            x = block(x, padding_mask=padding_mask, training=training)
+        return self.normalize_output(x)

@@ -129,8 +129,8 @@ def make_demo_corpus(
     The split is by number, so no validation number (hence no validation sentence) occurs in
     training: validation measures generalization to unseen compositions. Each number appears in
     `sentences_per_number` different templates, the bare number word among the choices. Basic
-    numbers (below 100, and whole hundreds and thousands) are the building blocks of all others
-    but would be a small share of a uniform draw (a model then mistranslates "twelve" or "one
+    numbers (below 100, and whole hundreds) are the building blocks of all others but would be a
+    small share of a uniform draw (a model then mistranslates "twelve" or "seven thousand six
     hundred"), so they get `sentences_per_basic_number` templates.
 
     Args:
@@ -158,7 +158,7 @@ def make_demo_corpus(
 
 
 def _is_basic(n: int) -> bool:
-    return n < 100 or (n < 1000 and n % 100 == 0) or n % 1000 == 0
+    return n < 100 or n % 100 == 0
 
 
 def _sentences(

@@ -35,7 +35,7 @@ def test_stack_has_unshared_layers_and_ignores_padding():
     perturbed[~mask] = rng.normal(size=perturbed[~mask].shape) * 10
     out_perturbed = numpy(encoder(perturbed, padding_mask=mask))
     np.testing.assert_allclose(out[mask], out_perturbed[mask], atol=1e-5)
-    kernels = [numpy(layer.self_attention.query_dense.kernel) for layer in encoder.encoder_layers]
+    kernels = [numpy(layer.self_attention.query_dense.kernel) for layer in encoder.blocks]
     assert len(kernels) == 3 and not np.allclose(kernels[0], kernels[1])
 
 
