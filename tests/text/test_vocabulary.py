@@ -14,7 +14,7 @@ from keras_transformer.text.vocabulary import (
     tokenizers_from_vocabularies,
 )
 
-MULTI30K = Path("/work/shared/data/multi30k")
+MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 
 
 def _characters(sentences):
@@ -91,7 +91,7 @@ def test_directory_with_both_layouts_is_ambiguous(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs the Multi30k files of /work/shared")
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k beside the repo")
 def test_multi30k_sentences_come_back_from_tokens(tmp_path):
     """The sentences a vocabulary was learned from come back character for character (>= 99%)."""
     lines = {}
