@@ -7,20 +7,8 @@ import shutil
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_transformer.training.run_dir import RunPaths, load_run
-
-
-def greedy_translate(run, sentences: list[str], max_steps: int = 24) -> list[str]:
-    """Uncached greedy decoding with the full model (independent of keras_transformer.inference)."""
-    source = run.source_tokenizer.tokenize(tf.constant(sentences)).to_tensor().numpy()
-    target = np.full((len(sentences), 1), run.target_tokenizer.start_id, dtype=np.int64)
-    for _ in range(max_steps):
-        logits = run.model({"source_tokens": source, "target_tokens": target}, training=False)
-        target = np.concatenate([target, np.argmax(logits[:, -1], axis=-1)[:, None]], axis=1)
-    ids = run.target_tokenizer.cut_at_end(tf.constant(target[:, 1:]))
-    return [text.decode("utf-8") for text in run.target_tokenizer.detokenize(ids).numpy()]
 
 
 def test_load_run_reads_back_the_trained_run(
@@ -50,16 +38,6 @@ def _validation_data(run):
         corpus, run.source_tokenizer, run.target_tokenizer, shuffle=False,
         batch_size=run.settings.batch_size, max_length=run.config.max_length,
     )
-
-
-def test_trained_run_translates_training_sentences(trained_run_dir):
-    run = load_run(trained_run_dir, compile=False)
-    sources = open(run.settings.source_file, encoding="utf-8").read().splitlines()
-    targets = open(run.settings.target_file, encoding="utf-8").read().splitlines()
-    picked = list(range(0, len(sources), 9))  # 30 sentences spread over all numbers
-    hypotheses = greedy_translate(run, [sources[i] for i in picked])
-    exact = np.mean([hyp == targets[i] for hyp, i in zip(hypotheses, picked, strict=True)])
-    assert exact >= 0.9, list(zip(hypotheses, [targets[i] for i in picked], strict=True))
 
 
 @pytest.mark.parametrize(
