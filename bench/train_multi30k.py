@@ -2,7 +2,8 @@
 
 Prints figures, asserts nothing. Two parts, in one run:
 
-1. Speed (`--speed-steps` steps each, after `--warmup-steps` untimed ones): our model and data
+1. Speed (`--speed-steps` steps each, after `--warmup-steps` untimed ones, in alternating rounds
+   of 10 so that both see the same load on a shared machine): our model and data
    pipeline (length bucketing, d_k = d_model / heads) against a reference built the way the
    TensorFlow "Neural machine translation with a Transformer and Keras" tutorial builds it
    (`keras.layers.MultiHeadAttention` with key_dim = d_model per head, implicit Keras masks,
@@ -172,30 +173,39 @@ def tutorial_dataset(corpus, source_tokenizer, target_tokenizer, batch_size, max
     )
 
 
-def measure_speed(model, dataset, config, head_width, steps, warmup):
-    """Trains `warmup + steps` steps one `train_on_batch` at a time; times the last `steps`.
+class SpeedMeter:
+    """Trains a model one `train_on_batch` at a time and adds up time, tokens and FLOPs.
 
-    Returns:
-        dict: real target tokens/s, padded target tokens/s, model FLOP/s, seconds.
+    Args:
+        model: compiled model.
+        dataset: its training batches (repeated forever).
+        config: TransformerConfig, for the FLOP count.
+        head_width: projection width per head, for the FLOP count.
     """
-    import numpy as np
 
-    batches = iter(dataset.repeat())
-    for _ in range(warmup):
-        inputs, labels = next(batches)
-        model.train_on_batch(inputs, labels)
-    real = padded = flops = 0.0
-    start = time.perf_counter()
-    for _ in range(steps):
-        inputs, labels = next(batches)
-        model.train_on_batch(inputs, labels)
-        real += float(np.count_nonzero(labels.numpy()))
-        padded += float(np.prod(labels.shape))
-        batch, source_length = inputs["source_tokens"].shape
-        flops += transformer_flops(config, batch, source_length, labels.shape[1], head_width)
-    seconds = time.perf_counter() - start
-    return {"tokens_per_s": real / seconds, "padded_tokens_per_s": padded / seconds,
-            "flops_per_s": flops / seconds, "seconds": seconds, "real_fraction": real / padded}
+    def __init__(self, model, dataset, config, head_width):
+        self.model, self.config, self.head_width = model, config, head_width
+        self.batches = iter(dataset.repeat())
+        self.seconds = self.real = self.padded = self.flops = 0.0
+        self.steps = 0
+
+    def run(self, steps: int, timed: bool = True) -> None:
+        import numpy as np
+
+        for _ in range(steps):
+            inputs, labels = next(self.batches)
+            start = time.perf_counter()
+            self.model.train_on_batch(inputs, labels)
+            if not timed:
+                continue
+            self.seconds += time.perf_counter() - start
+            self.steps += 1
+            self.real += float(np.count_nonzero(labels.numpy()))
+            self.padded += float(np.prod(labels.shape))
+            batch, source_length = inputs["source_tokens"].shape
+            self.flops += transformer_flops(
+                self.config, batch, source_length, labels.shape[1], self.head_width
+            )
 
 
 def speed_comparison(args, config, settings, corpus, source_tokenizer, target_tokenizer):
@@ -213,8 +223,7 @@ def speed_comparison(args, config, settings, corpus, source_tokenizer, target_to
         pad_to_multiple,
     )
 
-    rate = matmul_flops_per_second()
-    print(f"float32 matmul rate (1024x1024, this run): {rate / 1e9:.1f} GFLOP/s")
+    rate_before = matmul_flops_per_second()
 
     keras.utils.set_random_seed(0)
     reference = reference_model(config)
@@ -235,19 +244,29 @@ def speed_comparison(args, config, settings, corpus, source_tokenizer, target_to
     if settings.jit_compile:
         our_data = pad_to_multiple(our_data, SHAPE_MULTIPLE)
 
-    results = {}
-    for name, model, data, head_width in (
-        ("reference (tutorial)", reference, reference_data, config.d_model),
-        ("ours", ours, our_data, config.d_k),
-    ):
-        result = measure_speed(model, data, config, head_width, args.speed_steps,
-                               args.warmup_steps)
-        results[name] = result
-        print(f"{name:>21}: {result['tokens_per_s']:8.0f} real target tokens/s "
-              f"({result['real_fraction']:.0%} of target positions real), "
-              f"{result['flops_per_s'] / 1e9:6.2f} GFLOP/s = {result['flops_per_s'] / rate:.0%} "
-              f"of the matmul rate, {args.speed_steps} steps in {result['seconds']:.1f} s")
-    ratio = results["ours"]["tokens_per_s"] / results["reference (tutorial)"]["tokens_per_s"]
+    meters = {
+        "reference (tutorial)": SpeedMeter(reference, reference_data, config, config.d_model),
+        "ours": SpeedMeter(ours, our_data, config, config.d_k),
+    }
+    for meter in meters.values():
+        meter.run(args.warmup_steps, timed=False)
+    # Alternate short rounds, so that both models see the same load on a shared machine.
+    rounds = max(1, args.speed_steps // 10)
+    for _ in range(rounds):
+        for meter in meters.values():
+            meter.run(args.speed_steps // rounds)
+    # The better of two measurements, so that load on the machine does not flatter utilisation.
+    rate = max(rate_before, matmul_flops_per_second())
+    print(f"float32 matmul rate (1024x1024, best of before/after, this run): "
+          f"{rate / 1e9:.1f} GFLOP/s")
+    for name, meter in meters.items():
+        flops_per_s = meter.flops / meter.seconds
+        print(f"{name:>21}: {meter.real / meter.seconds:8.0f} real target tokens/s "
+              f"({meter.real / meter.padded:.0%} of target positions real), "
+              f"{flops_per_s / 1e9:6.2f} GFLOP/s = {flops_per_s / rate:.0%} of the matmul rate, "
+              f"{meter.steps} steps in {meter.seconds:.1f} s")
+    ours, reference = meters["ours"], meters["reference (tutorial)"]
+    ratio = (ours.real / ours.seconds) / (reference.real / reference.seconds)
     print(f"speed-up (real target tokens/s, ours / reference): {ratio:.2f}x")
 
 
