@@ -1,4 +1,5 @@
-"""Pictures of what the model computes: positional encodings, masks, attention weights.
+"""Pictures of what the model computes and how it learns: positional encodings, masks,
+attention weights, learning curves.
 
 Every function returns a `matplotlib.figure.Figure` (built without pyplot's global state, so it
 works headless and in notebooks); save it with `figure.savefig(path)`.
@@ -82,4 +83,26 @@ def plot_attention(
         axes.set_title(f"head {head}")
         axes.set_xticks(range(len(source_tokens)), source_tokens, rotation=90, fontsize=8)
         axes.set_yticks(range(len(target_tokens)), target_tokens, fontsize=8)
+    return figure
+
+
+def plot_learning_curve(history: dict) -> Figure:
+    """Loss (left) and masked accuracy (right) against epoch, training and validation.
+
+    Args:
+        history: `{"epoch": [...], "loss": [...], "val_loss": [...], "masked_accuracy": [...],
+            ...}` as a run's `history.json` holds it; missing series are skipped.
+    """
+    epochs = history.get("epoch", [])
+    figure = Figure(figsize=(10, 4), layout="constrained")
+    figure.suptitle("Learning curve")
+    for axes, metric in zip(figure.subplots(1, 2), ("loss", "masked_accuracy"), strict=True):
+        for prefix, label in (("", "training"), ("val_", "validation")):
+            values = history.get(prefix + metric)
+            if values:
+                axes.plot(epochs[: len(values)], values, marker="o", label=label)
+        axes.set(xlabel="epoch", ylabel=metric.replace("_", " "))
+        axes.grid(alpha=0.3)
+        if axes.lines:
+            axes.legend()
     return figure

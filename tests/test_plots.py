@@ -1,7 +1,12 @@
 import numpy as np
 from PIL import Image
 
-from keras_transformer.plots import plot_attention, plot_mask, plot_positional_encoding
+from keras_transformer.plots import (
+    plot_attention,
+    plot_learning_curve,
+    plot_mask,
+    plot_positional_encoding,
+)
 
 
 def saved_image(figure, path):
@@ -27,3 +32,13 @@ def test_attention_plot_has_one_panel_per_head(tmp_path):
     assert len(drawn) == 3
     np.testing.assert_allclose(drawn[1].images[0].get_array(), weights[1], rtol=1e-6)
     saved_image(figure, tmp_path / "attention.png")
+
+
+def test_learning_curve_draws_loss_and_accuracy(tmp_path):
+    history = {"epoch": [1, 2], "loss": [2.0, 1.0], "val_loss": [2.5, 1.5],
+               "masked_accuracy": [0.2, 0.5], "val_masked_accuracy": [0.1, 0.4]}
+    plot_learning_curve(history).savefig(tmp_path / "a.png")
+    plot_learning_curve({"epoch": [1, 2], "loss": [2.0, 1.0]}).savefig(tmp_path / "b.png")
+    full, loss_only = (tmp_path / "a.png").read_bytes(), (tmp_path / "b.png").read_bytes()
+    assert full.startswith(b"\x89PNG") and loss_only.startswith(b"\x89PNG")
+    assert full != loss_only  # the extra series are drawn

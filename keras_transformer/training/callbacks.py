@@ -9,6 +9,8 @@ from pathlib import Path
 
 import keras
 
+from keras_transformer.plots import plot_learning_curve
+
 
 class TimeBudget(keras.callbacks.Callback):
     """Stops `fit` after the step during which `minutes` of training have passed.
@@ -77,35 +79,4 @@ class HistoryWriter(keras.callbacks.Callback):
         for name, value in (logs or {}).items():
             self.history.setdefault(name, []).append(float(value))
         self.history_path.write_text(json.dumps(self.history, indent=2) + "\n", encoding="utf-8")
-        plot_learning_curve(self.history, self.curve_path)
-
-
-def plot_learning_curve(history: dict, path: str | Path) -> None:
-    """Draws loss (left) and masked accuracy (right) against epoch into a PNG file.
-
-    Args:
-        history: `{"epoch": [...], "loss": [...], "val_loss": [...], "masked_accuracy": [...],
-            ...}`; missing series are skipped.
-        path: PNG file to write.
-    """
-    # A bare Figure renders without pyplot, so the global backend of the caller is left alone.
-    from matplotlib.figure import Figure
-
-    epochs = history.get("epoch", [])
-    figure = Figure(figsize=(10, 4))
-    axes = figure.subplots(1, 2)
-    for axis, metric in zip(axes, ("loss", "masked_accuracy"), strict=True):
-        drawn = False
-        for prefix, label in (("", "training"), ("val_", "validation")):
-            values = history.get(prefix + metric)
-            if values:
-                axis.plot(epochs[: len(values)], values, marker="o", label=label)
-                drawn = True
-        axis.set_xlabel("epoch")
-        axis.set_ylabel(metric.replace("_", " "))
-        axis.grid(alpha=0.3)
-        if drawn:
-            axis.legend()
-    figure.suptitle("Learning curve")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+        plot_learning_curve(self.history).savefig(self.curve_path, dpi=100)

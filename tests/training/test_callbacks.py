@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.training.callbacks import HistoryWriter, TimeBudget, plot_learning_curve
+from keras_transformer.training.callbacks import HistoryWriter, TimeBudget
 
 
 class StepCounter(keras.callbacks.Callback):
@@ -72,13 +72,3 @@ def test_history_writer_continues_an_interrupted_history(tmp_path):
         "val_loss": [3.1, 2.2, 1.75, 1.5],
     }
     assert (tmp_path / "curve.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-
-
-def test_learning_curve_draws_loss_and_accuracy(tmp_path):
-    history = {"epoch": [1, 2], "loss": [2.0, 1.0], "val_loss": [2.5, 1.5],
-               "masked_accuracy": [0.2, 0.5], "val_masked_accuracy": [0.1, 0.4]}
-    plot_learning_curve(history, tmp_path / "a.png")
-    plot_learning_curve({"epoch": [1, 2], "loss": [2.0, 1.0]}, tmp_path / "b.png")
-    full, loss_only = (tmp_path / "a.png").read_bytes(), (tmp_path / "b.png").read_bytes()
-    assert full.startswith(b"\x89PNG") and loss_only.startswith(b"\x89PNG")
-    assert full != loss_only  # the extra series are drawn
