@@ -89,11 +89,14 @@ def subprocess_env(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
 
 
-def test_default_strategy_is_the_chief_and_owns_the_run_directory():
+def test_default_strategy_is_the_chief_and_owns_the_run_directory(monkeypatch):
     strategy = make_strategy("default")
     assert is_chief(strategy) and worker_name(strategy) is None
+    monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ValueError, match="TF_CONFIG"):
-        make_strategy("multi_worker") if "TF_CONFIG" not in os.environ else None.fail()
+        make_strategy("multi_worker")
+    with pytest.raises(ValueError, match="unknown strategy 'tpu'"):
+        make_strategy("tpu")
 
 
 @pytest.mark.slow
