@@ -20,4 +20,4 @@ test: venv
 	$(PY) -m pytest -q
 
 lint: venv
-	$(VENV)/bin/ruff check keras_transformer serving tests bench
+	$(VENV)/bin/ruff check keras_transformer serving tests bench notebooks

@@ -20,11 +20,8 @@ from pathlib import Path
 
 import keras
 import numpy as np
-import tensorflow as tf
-from keras import ops
 
 import keras_transformer as kt
-from keras_transformer.plots import plot_attention, plot_mask, plot_positional_encoding
 
 # SMALL (the default, what the tests run) keeps every step to seconds or a minute on a CPU;
 # set it to False for a model that translates the demo task well (a few minutes).
@@ -68,10 +65,19 @@ The mechanism of "Attention Is All You Need", step by step with the layers of
 attention on a toy example, the multi-head split and concat, and finally the cross-attention
 weights of a trained model as heatmaps over source and target word pieces.
 """),
-    ("code", SETUP + """
+    ("code", SETUP),
+    ("code", """
+import tensorflow as tf
+from keras import ops
+
 from keras_transformer.layers import (
-    MultiHeadAttention, attention_mask, causal_mask, padding_mask, sinusoidal_encoding,
+    MultiHeadAttention,
+    attention_mask,
+    causal_mask,
+    padding_mask,
+    sinusoidal_encoding,
 )
+from keras_transformer.plots import plot_attention, plot_mask, plot_positional_encoding
 """),
     ("md", """
 ## 1. Positional encodings
