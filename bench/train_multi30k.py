@@ -56,6 +56,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--mixed-precision", action="store_true")
     parser.add_argument("--jit-compile", action="store_true",
                         help="XLA for our model (batch lengths padded to multiples of 8)")
+    parser.add_argument("--average-checkpoints", type=int, default=1,
+                        help="average the last N epochs' weights at the end (kept if better)")
     parser.add_argument("--beam-width", type=int, default=4)
     return parser.parse_args()
 
@@ -311,27 +313,28 @@ def main() -> int:
         mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
         vocab_size=args.vocab_size,
         lower_case=args.lower_case, shared_vocab=args.shared_vocab,
+        average_checkpoints=args.average_checkpoints,
     )
     print(f"TensorFlow {tf.__version__}, {len(tf.config.list_logical_devices('GPU'))} GPU(s), "
           f"{len(tf.config.list_logical_devices('CPU'))} CPU device(s)")
     corpus = read_parallel_files(files["train.de"], files["train.en"])
 
-    vocab_dir = Path(args.run_dir + "-speed-vocab")
-    if vocab_dir.is_dir():
-        source_tokenizer, target_tokenizer = load_tokenizers(vocab_dir)
-    else:
-        source_tokenizer, target_tokenizer = build_tokenizers(
-            corpus, vocab_dir, vocab_size=args.vocab_size, lower_case=args.lower_case,
-            shared=args.shared_vocab, source_name="de", target_name="en")
     config = TransformerConfig(
-        source_vocab_size=source_tokenizer.vocab_size,
-        target_vocab_size=target_tokenizer.vocab_size,
         num_encoder_layers=args.layers, num_decoder_layers=args.layers, d_model=args.d_model,
         num_heads=args.heads, d_ff=args.d_ff, dropout=args.dropout, max_length=128,
         share_embeddings=args.shared_vocab, label_smoothing=args.label_smoothing,
     )
-    print(f"model: {config}")
     if not args.quality_only:
+        vocab_dir = Path(args.run_dir + "-speed-vocab")
+        if vocab_dir.is_dir():
+            source_tokenizer, target_tokenizer = load_tokenizers(vocab_dir)
+        else:
+            source_tokenizer, target_tokenizer = build_tokenizers(
+                corpus, vocab_dir, vocab_size=args.vocab_size, lower_case=args.lower_case,
+                shared=args.shared_vocab, source_name="de", target_name="en")
+        config = config.replace(source_vocab_size=source_tokenizer.vocab_size,
+                                target_vocab_size=target_tokenizer.vocab_size)
+        print(f"model: {config}")
         speed_comparison(args, config, settings, corpus, source_tokenizer, target_tokenizer)
     if args.speed_only:
         return 0
@@ -339,6 +342,7 @@ def main() -> int:
     start = time.perf_counter()
     run = train(config, settings, args.run_dir, verbose=2)
     minutes = (time.perf_counter() - start) / 60
+    print(f"model: {run.config}")
     best = min(range(len(run.history["val_loss"])), key=run.history["val_loss"].__getitem__)
     val = read_parallel_files(files["val.de"], files["val.en"])
     lower, cased, hypotheses = bleu(run, val.sources, val.targets, args.beam_width)

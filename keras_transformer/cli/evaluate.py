@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from keras_transformer.cli.decoding_options import add_decoding_options
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -27,14 +29,7 @@ def add_parser(subparsers) -> None:
         "--output", type=Path, default=Path("hypotheses.txt"),
         help="where to write the translations, one per line (default: %(default)s)",
     )
-    parser.add_argument(
-        "--beam", type=int,
-        help="beam width, 1 = greedy (default: the export's, or 4 for a run directory)",
-    )
-    parser.add_argument("--alpha", type=float, help="length-penalty exponent (default: 0.6)")
-    parser.add_argument(
-        "--batch-size", type=int, default=64, help="sentences per batch (default: %(default)s)"
-    )
+    add_decoding_options(parser, batch_size=64, batch_unit="batch")
     parser.set_defaults(run=run)
 
 
@@ -48,9 +43,6 @@ def run(args: argparse.Namespace) -> int:
 
     from keras_transformer.inference.loading import LocalTranslator
 
-    if args.beam is not None and args.beam < 1:
-        print("error: --beam must be at least 1", file=sys.stderr)
-        return 2
     try:
         sources, references = read_lines(args.source_file), read_lines(args.target_file)
         if len(sources) != len(references):

@@ -55,6 +55,10 @@ def add_parser(subparsers) -> None:
         "--time-budget", type=float, metavar="MINUTES", help="stop training after this long"
     )
     parser.add_argument(
+        "--average-checkpoints", type=int, metavar="N",
+        help="at the end, average the last N epochs' weights; kept if they validate better",
+    )
+    parser.add_argument(
         "--mixed-precision", action="store_true", default=None,
         help="float16 (GPU) / bfloat16 (CPU) compute, float32 variables",
     )
@@ -82,6 +86,7 @@ def overrides(args: argparse.Namespace) -> dict:
         "mixed_precision": args.mixed_precision,
         "jit_compile": args.jit_compile,
         "strategy": args.strategy,
+        "average_checkpoints": args.average_checkpoints,
     }
     return {name: value for name, value in names.items() if value is not None}
 

@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from keras_transformer.cli.decoding_options import add_decoding_options
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -33,14 +35,7 @@ def add_parser(subparsers) -> None:
         "--model-name", default="translator",
         help="model name on the server (default: %(default)s)",
     )
-    parser.add_argument(
-        "--beam", type=int,
-        help="beam width, 1 = greedy (default: the export's, or 4 for a run directory)",
-    )
-    parser.add_argument("--alpha", type=float, help="length-penalty exponent (default: 0.6)")
-    parser.add_argument(
-        "--batch-size", type=int, default=32, help="sentences per request (default: %(default)s)"
-    )
+    add_decoding_options(parser, batch_size=32, batch_unit="request")
     parser.set_defaults(run=run)
 
 
@@ -71,9 +66,6 @@ def server_translate(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.beam is not None and args.beam < 1:
-        print("error: --beam must be at least 1", file=sys.stderr)
-        return 2
     sentences = args.sentences or [line.rstrip("\r\n") for line in sys.stdin]
     if args.server:
         translate = server_translate(args)

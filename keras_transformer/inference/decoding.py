@@ -11,6 +11,7 @@ as the reference for tests and benchmarks.
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.inference.search import beam_search, greedy_search, write_column
@@ -56,6 +57,8 @@ class SequenceDecoder:
         self.max_length = self.target_embedding.max_length
         self.start_id = start_id
         self.end_id = end_id
+        # Never generated: padding (id 0) and START.
+        self.banned_tokens = np.isin(np.arange(self.to_logits.units), [0, start_id])
 
     def encode(self, source_tokens):
         """Runs the encoder once.
@@ -98,12 +101,11 @@ class SequenceDecoder:
             return limits, min(source_length + DEFAULT_EXTRA_LENGTH, self.max_length)
         return limits, tf.minimum(source_length + DEFAULT_EXTRA_LENGTH, self.max_length)
 
-    def _log_probs(self, logits):
-        """Next-token log-probabilities `(rows, vocab)` with padding and START ruled out."""
-        vocab = tf.range(tf.shape(logits)[-1])
-        banned = tf.logical_or(tf.equal(vocab, 0), tf.equal(vocab, self.start_id))
-        logits = tf.where(banned, float("-inf"), tf.cast(logits, tf.float32))
-        return tf.nn.log_softmax(logits, axis=-1)
+    def _log_probs(self, decoded):
+        """Next-token log-probabilities `(rows, vocab)` of decoder outputs `(rows, d_model)`,
+        with padding and START ruled out."""
+        logits = tf.cast(self.to_logits(decoded), tf.float32)
+        return tf.nn.log_softmax(tf.where(self.banned_tokens, float("-inf"), logits), axis=-1)
 
     def _cached_step(self, encoder_output, source_mask, rows, buffer_length):
         """Step function and initial state (self-attention caches) for `search`."""
@@ -120,7 +122,7 @@ class SequenceDecoder:
                 cache_index=step,
                 training=False,
             )
-            return self._log_probs(self.to_logits(decoded)[:, 0]), caches
+            return self._log_probs(decoded[:, 0]), caches
 
         return step_fn, self.decoder.initial_self_attention_caches(rows, buffer_length)
 
@@ -135,7 +137,7 @@ class SequenceDecoder:
                 source_mask=source_mask,
                 training=False,
             )
-            return self._log_probs(self.to_logits(decoded[:, -1])), prefix
+            return self._log_probs(decoded[:, -1]), prefix
 
         return step_fn, tf.zeros((rows, buffer_length), tf.int32)
 

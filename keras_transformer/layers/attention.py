@@ -7,7 +7,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.layers.masks import attention_mask
+from keras_transformer.layers import masks
 
 
 def masked_softmax(scores, mask):
@@ -31,6 +31,13 @@ def masked_softmax(scores, mask):
     scores32 = ops.where(mask, scores32, ops.cast(-1e9, "float32"))
     weights = ops.softmax(scores32, axis=-1) * ops.cast(mask, "float32")
     return ops.cast(weights, scores.dtype)
+
+
+def _length(x, axis: int):
+    """The size of `axis`: a Python int when known at trace time (a constant reshape), else a
+    tensor. The batch size is left to reshape's -1, so a one-token decoding step needs no shape
+    ops to split or merge heads."""
+    return x.shape[axis] if x.shape[axis] is not None else ops.shape(x)[axis]
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -61,6 +68,10 @@ class MultiHeadAttention(keras.layers.Layer):
         query_mask: optional bool `(batch, query_length)`, True for real queries.
         key_mask: optional bool `(batch, key_length)`, True for real keys.
         use_causal_mask: mask keys in each query's future (decoder self-attention).
+        attention_mask: optional precomputed bool mask broadcastable to `(batch, num_heads,
+            query_length, key_length)` (see `masks.attention_mask`), used instead of
+            `query_mask`, `key_mask` and `use_causal_mask`: stacks compute it once for all
+            their layers.
         cache: optional `(keys, values)`, each `(batch, num_heads, cache_length, d_k)`.
         cache_index: position at which to write the new keys/values into `cache`.
         return_attention_scores: also return the weights `(batch, num_heads, query_length,
@@ -108,15 +119,13 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _split_heads(self, x):
         """`(batch, length, d_model)` -> `(batch, num_heads, length, d_k)`."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (batch, length, self.num_heads, self.d_k))
+        x = ops.reshape(x, (-1, _length(x, axis=1), self.num_heads, self.d_k))
         return ops.transpose(x, (0, 2, 1, 3))
 
     def _merge_heads(self, x):
         """`(batch, num_heads, length, d_k)` -> `(batch, length, d_model)`."""
         x = ops.transpose(x, (0, 2, 1, 3))
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        return ops.reshape(x, (batch, length, self.d_model))
+        return ops.reshape(x, (-1, _length(x, axis=1), self.d_model))
 
     def compute_key_value(self, value, key=None):
         """Projects and splits keys and values once, e.g. the encoder output for cross-attention.
@@ -139,6 +148,7 @@ class MultiHeadAttention(keras.layers.Layer):
         query_mask=None,
         key_mask=None,
         use_causal_mask=False,
+        attention_mask=None,
         cache=None,
         cache_index=None,
         return_attention_scores=False,
@@ -154,16 +164,18 @@ class MultiHeadAttention(keras.layers.Layer):
                 values = ops.slice_update(cache[1], start, values)
         queries = self._split_heads(self.query_dense(query))
         queries = queries * ops.cast(1.0 / math.sqrt(self.d_k), queries.dtype)
+        # One batched matmul with the keys transposed in place (no copy of a long cache).
         scores = ops.matmul(queries, ops.transpose(keys, (0, 1, 3, 2)))
-        mask = attention_mask(
-            ops.shape(queries)[2],
-            ops.shape(keys)[2],
-            query_mask=query_mask,
-            key_mask=key_mask,
-            use_causal_mask=use_causal_mask,
-            offset=0 if cache_index is None else cache_index,
-        )
-        weights = masked_softmax(scores, mask)
+        if attention_mask is None:
+            attention_mask = masks.attention_mask(
+                ops.shape(queries)[2],
+                ops.shape(keys)[2],
+                query_mask=query_mask,
+                key_mask=key_mask,
+                use_causal_mask=use_causal_mask,
+                offset=0 if cache_index is None else cache_index,
+            )
+        weights = masked_softmax(scores, attention_mask)
         attended = ops.matmul(self.weights_dropout(weights, training=training), values)
         output = self.output_dense(self._merge_heads(attended))
         results = (output,)

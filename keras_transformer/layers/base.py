@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.residual import sublayer_input, sublayer_output
+
 LAYER_NORM_EPSILON = 1e-6
 
 
@@ -71,6 +75,37 @@ class TransformerBlock(keras.layers.Layer):
             activation=self.activation,
         )
         return config
+
+
+class TransformerLayer(TransformerBlock):
+    """Base of `EncoderLayer` and `DecoderLayer`: builds their sub-layers, each with the norm and
+    dropout of its Add & Norm, and runs the feed-forward sub-layer that ends both."""
+
+    def attention_sublayer(self, name: str):
+        """`(MultiHeadAttention, LayerNormalization, Dropout)` named `name`, `name_norm`."""
+        attention = MultiHeadAttention(
+            self.num_heads, self.d_model, self.dropout, name=name, dtype=self.dtype_policy
+        )
+        return attention, self.layer_norm(f"{name}_norm"), self.sublayer_dropout()
+
+    def feed_forward_sublayer(self):
+        """`(FeedForward, LayerNormalization, Dropout)` named `feed_forward`, `..._norm`."""
+        feed_forward = FeedForward(
+            self.d_model, self.d_ff, self.dropout, self.activation, name="feed_forward",
+            dtype=self.dtype_policy,
+        )
+        return feed_forward, self.layer_norm("feed_forward_norm"), self.sublayer_dropout()
+
+    def sublayer_dropout(self) -> keras.layers.Dropout:
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def feed_forward_residual(self, x, training=None):
+        """The last sub-layer: `x` through the feed-forward network inside its Add & Norm."""
+        h = sublayer_input(x, self.feed_forward_norm, self.norm_first)
+        return sublayer_output(
+            x, self.feed_forward(h, training=training), self.feed_forward_norm,
+            self.feed_forward_dropout, self.norm_first, training,
+        )
 
 
 class LayerStack(TransformerBlock):

@@ -5,14 +5,13 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.base import LayerStack, TransformerBlock
-from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers import masks
+from keras_transformer.layers.base import LayerStack, TransformerLayer
 from keras_transformer.layers.residual import sublayer_input, sublayer_output
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(TransformerBlock):
+class DecoderLayer(TransformerLayer):
     """Causal self-attention, cross-attention over the encoder output, then a feed-forward network,
     each wrapped in residual Add & Norm.
 
@@ -28,8 +27,12 @@ class DecoderLayer(TransformerBlock):
         x: embedded target `(batch, target_length, d_model)`.
         encoder_output: `(batch, source_length, d_model)`; may be None with
             `cross_attention_cache`.
-        source_mask: optional bool `(batch, source_length)`, True for real source tokens.
-        target_mask: optional bool `(batch, target_length)`, True for real target tokens.
+        self_attention_mask: optional bool, broadcastable to `(batch, num_heads, target_length,
+            key_length)`: `masks.attention_mask` of the target padding mask with the causal
+            mask (offset by `cache_index` when decoding; `key_length` is then the cache's).
+        cross_attention_mask: optional bool, broadcastable to `(batch, num_heads,
+            target_length, source_length)`: `masks.attention_mask` of the target and source
+            padding masks.
         self_attention_cache: `(keys, values)`, each `(batch, num_heads, max_length, d_k)`, used
             with `cache_index` for step-by-step decoding.
         cross_attention_cache: `(keys, values)` of the encoder output from
@@ -46,23 +49,15 @@ class DecoderLayer(TransformerBlock):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        policy = self.dtype_policy
-        self.self_attention = MultiHeadAttention(
-            self.num_heads, self.d_model, self.dropout, name="self_attention", dtype=policy
+        self.self_attention, self.self_attention_norm, self.self_attention_dropout = (
+            self.attention_sublayer("self_attention")
         )
-        self.self_attention_norm = self.layer_norm("self_attention_norm")
-        self.self_attention_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
-        self.cross_attention = MultiHeadAttention(
-            self.num_heads, self.d_model, self.dropout, name="cross_attention", dtype=policy
+        self.cross_attention, self.cross_attention_norm, self.cross_attention_dropout = (
+            self.attention_sublayer("cross_attention")
         )
-        self.cross_attention_norm = self.layer_norm("cross_attention_norm")
-        self.cross_attention_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
-        self.feed_forward = FeedForward(
-            self.d_model, self.d_ff, self.dropout, self.activation, name="feed_forward",
-            dtype=policy,
+        self.feed_forward, self.feed_forward_norm, self.feed_forward_dropout = (
+            self.feed_forward_sublayer()
         )
-        self.feed_forward_norm = self.layer_norm("feed_forward_norm")
-        self.feed_forward_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
 
     def build(self, input_shape):
         encoder_shape = (input_shape[0], None, self.d_model)
@@ -77,8 +72,8 @@ class DecoderLayer(TransformerBlock):
         self,
         x,
         encoder_output=None,
-        source_mask=None,
-        target_mask=None,
+        self_attention_mask=None,
+        cross_attention_mask=None,
         self_attention_cache=None,
         cross_attention_cache=None,
         cache_index=None,
@@ -89,9 +84,7 @@ class DecoderLayer(TransformerBlock):
         attended = self.self_attention(
             h,
             h,
-            query_mask=target_mask,
-            key_mask=target_mask,
-            use_causal_mask=True,
+            attention_mask=self_attention_mask,
             cache=self_attention_cache,
             cache_index=cache_index,
             training=training,
@@ -107,8 +100,7 @@ class DecoderLayer(TransformerBlock):
         attended = self.cross_attention(
             h,
             encoder_output,
-            query_mask=target_mask,
-            key_mask=source_mask,
+            attention_mask=cross_attention_mask,
             cache=cross_attention_cache,
             return_attention_scores=return_attention_scores,
             training=training,
@@ -120,12 +112,7 @@ class DecoderLayer(TransformerBlock):
             self.norm_first, training,
         )
 
-        h = sublayer_input(x, self.feed_forward_norm, self.norm_first)
-        x = sublayer_output(
-            x, self.feed_forward(h, training=training), self.feed_forward_norm,
-            self.feed_forward_dropout, self.norm_first, training,
-        )
-        results = (x,)
+        results = (self.feed_forward_residual(x, training),)
         if return_attention_scores:
             results += (weights,)
         if cache_index is not None:
@@ -206,13 +193,27 @@ class Decoder(LayerStack):
         training=None,
     ):
         x = self.input_dropout(x, training=training)
+        # Computed once for all layers. With caches, the keys are the cache's slots and the
+        # queries sit at `cache_index`, so slots not yet written are in the future.
+        query_length = ops.shape(x)[1]
+        if self_attention_caches is None:
+            key_length = query_length
+        else:
+            key_length = ops.shape(self_attention_caches[0][0])[2]
+        self_attention_mask = masks.attention_mask(
+            query_length, key_length, query_mask=target_mask, key_mask=target_mask,
+            use_causal_mask=True, offset=0 if cache_index is None else cache_index,
+        )
+        cross_attention_mask = masks.attention_mask(
+            None, None, query_mask=target_mask, key_mask=source_mask
+        )
         all_weights, new_caches = [], []
         for index, layer in enumerate(self.blocks):
             outputs = layer(
                 x,
                 encoder_output,
-                source_mask=source_mask,
-                target_mask=target_mask,
+                self_attention_mask=self_attention_mask,
+                cross_attention_mask=cross_attention_mask,
                 self_attention_cache=(
                     None if self_attention_caches is None else self_attention_caches[index]
                 ),

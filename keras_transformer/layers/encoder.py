@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.base import LayerStack, TransformerBlock
-from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers import masks
+from keras_transformer.layers.base import LayerStack, TransformerLayer
 from keras_transformer.layers.residual import sublayer_input, sublayer_output
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EncoderLayer(TransformerBlock):
+class EncoderLayer(TransformerLayer):
     """Self-attention then a feed-forward network, each wrapped in residual Add & Norm.
 
     Args:
@@ -24,7 +24,8 @@ class EncoderLayer(TransformerBlock):
 
     Call arguments:
         x: `(batch, source_length, d_model)`.
-        padding_mask: optional bool `(batch, source_length)`, True for real tokens.
+        attention_mask: optional bool, broadcastable to `(batch, num_heads, source_length,
+            source_length)`: `masks.attention_mask` of the source padding mask.
         return_attention_scores: also return `(batch, num_heads, source_length, source_length)`.
         training: enables dropout.
 
@@ -33,24 +34,19 @@ class EncoderLayer(TransformerBlock):
 
     Example:
         >>> layer = EncoderLayer(d_model=16, num_heads=2, d_ff=32)
-        >>> layer(np.zeros((2, 5, 16)), padding_mask=np.ones((2, 5), bool)).shape
+        >>> mask = masks.attention_mask(5, 5, np.ones((2, 5), bool), np.ones((2, 5), bool))
+        >>> layer(np.zeros((2, 5, 16)), attention_mask=mask).shape
         (2, 5, 16)
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        policy = self.dtype_policy
-        self.self_attention = MultiHeadAttention(
-            self.num_heads, self.d_model, self.dropout, name="self_attention", dtype=policy
+        self.self_attention, self.self_attention_norm, self.self_attention_dropout = (
+            self.attention_sublayer("self_attention")
         )
-        self.self_attention_norm = self.layer_norm("self_attention_norm")
-        self.self_attention_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
-        self.feed_forward = FeedForward(
-            self.d_model, self.d_ff, self.dropout, self.activation, name="feed_forward",
-            dtype=policy,
+        self.feed_forward, self.feed_forward_norm, self.feed_forward_dropout = (
+            self.feed_forward_sublayer()
         )
-        self.feed_forward_norm = self.layer_norm("feed_forward_norm")
-        self.feed_forward_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
 
     def build(self, input_shape):
         self.self_attention.build(input_shape, input_shape)
@@ -59,13 +55,12 @@ class EncoderLayer(TransformerBlock):
         self.feed_forward_norm.build(input_shape)
         self.built = True
 
-    def call(self, x, padding_mask=None, return_attention_scores=False, training=None):
+    def call(self, x, attention_mask=None, return_attention_scores=False, training=None):
         h = sublayer_input(x, self.self_attention_norm, self.norm_first)
         attended = self.self_attention(
             h,
             h,
-            query_mask=padding_mask,
-            key_mask=padding_mask,
+            attention_mask=attention_mask,
             return_attention_scores=return_attention_scores,
             training=training,
         )
@@ -75,11 +70,7 @@ class EncoderLayer(TransformerBlock):
             x, attended, self.self_attention_norm, self.self_attention_dropout,
             self.norm_first, training,
         )
-        h = sublayer_input(x, self.feed_forward_norm, self.norm_first)
-        x = sublayer_output(
-            x, self.feed_forward(h, training=training), self.feed_forward_norm,
-            self.feed_forward_dropout, self.norm_first, training,
-        )
+        x = self.feed_forward_residual(x, training)
         return (x, weights) if return_attention_scores else x
 
 
@@ -106,6 +97,8 @@ class Encoder(LayerStack):
 
     def call(self, x, padding_mask=None, training=None):
         x = self.input_dropout(x, training=training)
+        length = ops.shape(x)[1]
+        mask = masks.attention_mask(length, length, query_mask=padding_mask, key_mask=padding_mask)
         for block in self.blocks:
-            x = block(x, padding_mask=padding_mask, training=training)
+            x = block(x, attention_mask=mask, training=training)
         return self.normalize_output(x)

@@ -54,8 +54,8 @@ def attention_mask(
     real, its key is real and (if causal) the key is not in the query's future.
 
     Args:
-        query_length: number of queries.
-        key_length: number of keys.
+        query_length: number of queries (used by the look-ahead mask only).
+        key_length: number of keys (used by the look-ahead mask only).
         query_mask: optional bool `(batch, query_length)`.
         key_mask: optional bool `(batch, key_length)`.
         use_causal_mask: whether to add the look-ahead mask.

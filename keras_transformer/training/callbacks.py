@@ -1,9 +1,11 @@
-"""Callbacks of a training run: a wall-clock budget and the history / learning-curve writer."""
+"""Callbacks of a training run: a wall-clock budget, the history / learning-curve writer and
+checkpoint averaging."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,3 +82,53 @@ class HistoryWriter(keras.callbacks.Callback):
             self.history.setdefault(name, []).append(float(value))
         self.history_path.write_text(json.dumps(self.history, indent=2) + "\n", encoding="utf-8")
         plot_learning_curve(self.history).savefig(self.curve_path, dpi=100)
+
+
+class CheckpointAverage(keras.callbacks.Callback):
+    """Averages the weights of the last `count` epochs when training ends, and keeps the average
+    when it validates better than the best checkpoint (the paper's base models average the last
+    5 checkpoints, section 6.1).
+
+    The epoch-end weights are kept in memory, so after a resume only the epochs since the resume
+    are averaged. The model's own weights are left as they were.
+
+    Args:
+        count: how many of the last epochs to average (at least 2 are needed).
+        validation_data: dataset to validate the average on (the one `fit` validates on).
+        path: where the best model is saved (the `ModelCheckpoint` file).
+        best_val_loss: the best validation loss before this run (of an interrupted run), or None.
+        save: False on workers that must take part in the validation but not write.
+    """
+
+    def __init__(self, count: int, validation_data, path: str | Path,
+                 best_val_loss: float | None = None, save: bool = True):
+        super().__init__()
+        self.snapshots = deque(maxlen=count)
+        self.validation_data = validation_data
+        self.path = Path(path)
+        self.best_val_loss = best_val_loss
+        self.save = save
+        self.average_val_loss = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.snapshots.append(self.model.get_weights())
+        val_loss = (logs or {}).get("val_loss")
+        if val_loss is not None and (self.best_val_loss is None or val_loss < self.best_val_loss):
+            self.best_val_loss = float(val_loss)
+
+    def on_train_end(self, logs=None):
+        if len(self.snapshots) < 2:
+            return
+        trained = self.model.get_weights()
+        count = len(self.snapshots)
+        epochs = zip(*self.snapshots, strict=True)
+        self.model.set_weights([sum(weights) / count for weights in epochs])
+        results = self.model.evaluate(self.validation_data, verbose=0, return_dict=True)
+        self.average_val_loss = float(results["loss"])
+        kept = self.best_val_loss is None or self.average_val_loss < self.best_val_loss
+        best = "none" if self.best_val_loss is None else f"{self.best_val_loss:.4f}"
+        print(f"Average of the last {count} epochs: val_loss {self.average_val_loss:.4f} "
+              f"(best epoch: {best}); {'saved as the best model' if kept else 'not kept'}.")
+        if kept and self.save:
+            self.model.save(self.path)
+        self.model.set_weights(trained)

@@ -42,6 +42,8 @@ class TrainingSettings:
         vocab_size: target size of each WordPiece vocabulary built from the training data.
         lower_case: lower-case (and strip accents from) text before tokenizing.
         shared_vocab: one vocabulary built from both languages and used on both sides.
+        average_checkpoints: at the end, average the weights of this many last epochs and keep
+            the average if it validates better than the best epoch (1: no averaging).
     """
 
     source_file: str | None = None
@@ -63,6 +65,7 @@ class TrainingSettings:
     vocab_size: int = 8000
     lower_case: bool = False
     shared_vocab: bool = False
+    average_checkpoints: int = 1
 
     def __post_init__(self) -> None:
         for name in ("source_file", "target_file", "val_source_file", "val_target_file",
@@ -70,7 +73,8 @@ class TrainingSettings:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"{name} must be a file path (a non-empty string), got {value!r}")
-        for name in ("epochs", "batch_size", "warmup_steps", "vocab_size"):
+        for name in ("epochs", "batch_size", "warmup_steps", "vocab_size",
+                     "average_checkpoints"):
             _check_positive_int(name, getattr(self, name))
         if self.steps_per_epoch is not None:
             _check_positive_int("steps_per_epoch", self.steps_per_epoch)

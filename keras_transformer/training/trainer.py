@@ -22,7 +22,11 @@ from keras_transformer.text.data import (
 from keras_transformer.text.demo_data import demo_vocabularies, make_demo_corpus
 from keras_transformer.text.tokenizer import SubwordTokenizer
 from keras_transformer.text.vocabulary import build_tokenizers, tokenizers_from_vocabularies
-from keras_transformer.training.callbacks import HistoryWriter, TimeBudget
+from keras_transformer.training.callbacks import (
+    CheckpointAverage,
+    HistoryWriter,
+    TimeBudget,
+)
 from keras_transformer.training.distribution import (
     any_worker,
     is_chief,
@@ -48,7 +52,7 @@ from keras_transformer.training.settings import (
 
 # Settings that may change when an interrupted run is resumed; anything else would make the
 # backed-up weights or the vocabularies mean something else.
-RESUMABLE_CHANGES = frozenset({"epochs", "time_budget_minutes"})
+RESUMABLE_CHANGES = frozenset({"epochs", "time_budget_minutes", "average_checkpoints"})
 # Under XLA, batch lengths are padded to multiples of this (see `pad_to_multiple`).
 SHAPE_MULTIPLE = 8
 
@@ -294,6 +298,10 @@ def train(
             keras.callbacks.TensorBoard(str(paths.logs), write_graph=False),
             HistoryWriter(paths.history, paths.learning_curve, previous),
         ]
+    if settings.average_checkpoints > 1:
+        callbacks.append(CheckpointAverage(
+            settings.average_checkpoints, val_data, paths.model, best_val_loss, save=chief
+        ))
     # Last, so that a backup of epoch k implies that epoch k's checkpoint and history are written.
     callbacks.append(keras.callbacks.BackupAndRestore(str(paths.backup)))
     history = model.fit(

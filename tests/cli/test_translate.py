@@ -80,3 +80,19 @@ def test_server_over_rest_and_grpc(base, pairs, capsys):
             assert translate(capsys, "--server", url, "--beam", "1", *sources) == list(
                 references
             )
+
+
+@pytest.mark.parametrize("command", [
+    ["translate", "--model", "models/translator", "Ein Satz."],
+    ["evaluate", "models/translator", "--source-file", "s", "--target-file", "t"],
+])
+@pytest.mark.parametrize("option, value, message", [
+    ("--beam", "0", "must be at least 1, got 0"),
+    ("--batch-size", "-3", "must be at least 1, got -3"),
+    ("--beam", "two", "expected an integer, got 'two'"),
+])
+def test_decoding_options_are_checked_before_any_work(capsys, command, option, value, message):
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, option, value])
+    assert exit_.value.code == 2
+    assert f"argument {option}: {message}" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Time budget and history / learning-curve callbacks."""
+"""Time budget, history / learning-curve and checkpoint-averaging callbacks."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from keras_transformer.training.callbacks import HistoryWriter, TimeBudget
+from keras_transformer.training.callbacks import CheckpointAverage, HistoryWriter, TimeBudget
 
 
 class StepCounter(keras.callbacks.Callback):
@@ -72,3 +73,47 @@ def test_history_writer_continues_an_interrupted_history(tmp_path):
         "val_loss": [3.1, 2.2, 1.75, 1.5],
     }
     assert (tmp_path / "curve.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+class EpochWeights(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.weights = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights.append(self.model.get_weights()[0].item())
+
+
+def fit_oscillating(tmp_path, count):
+    """y = w x by full-batch SGD that overshoots: w - 2 halves and flips sign every epoch, so
+    the average of the last epochs lies closer to w = 2 than any single epoch."""
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False,
+                                                                    kernel_initializer="zeros")])
+    model.compile(keras.optimizers.SGD(0.75), "mse")
+    x, y = np.ones((4, 1), "float32"), np.full((4, 1), 2.0, "float32")
+    validation = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    average = CheckpointAverage(count, validation, tmp_path / "best.keras")
+    epochs = EpochWeights()
+    model.fit(x, y, batch_size=4, epochs=5, validation_data=(x, y), callbacks=[average, epochs],
+              verbose=0)
+    return model, average, epochs.weights
+
+
+def test_checkpoint_average_keeps_a_better_average(tmp_path, capsys):
+    model, average, weights = fit_oscillating(tmp_path, count=2)
+    np.testing.assert_allclose(weights, [3.0, 1.5, 2.25, 1.875, 2.0625], atol=1e-6)
+    expected = (weights[-1] + weights[-2]) / 2
+    assert average.best_val_loss == pytest.approx((weights[-1] - 2) ** 2, rel=1e-4)
+    assert average.average_val_loss == pytest.approx((expected - 2) ** 2, rel=1e-4)
+    saved = keras.saving.load_model(tmp_path / "best.keras")
+    assert saved.get_weights()[0].item() == pytest.approx(expected)
+    assert model.get_weights()[0].item() == pytest.approx(weights[-1])  # left as trained
+    assert "Average of the last 2 epochs" in capsys.readouterr().out
+
+
+def test_checkpoint_average_drops_a_worse_average(tmp_path):
+    # All five epochs average to 2.1375, farther from 2 than the last epoch's 2.0625.
+    _, average, weights = fit_oscillating(tmp_path, count=5)
+    assert average.average_val_loss == pytest.approx((np.mean(weights) - 2) ** 2, rel=1e-4)
+    assert average.average_val_loss > average.best_val_loss
+    assert not (tmp_path / "best.keras").exists()
