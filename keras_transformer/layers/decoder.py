@@ -30,6 +30,7 @@ class DecoderLayer(TransformerLayer):
         self_attention_mask: optional bool, broadcastable to `(batch, num_heads, target_length,
             key_length)`: `masks.attention_mask` of the target padding mask with the causal
             mask (offset by `cache_index` when decoding; `key_length` is then the cache's).
+            Default: the causal mask alone.
         cross_attention_mask: optional bool, broadcastable to `(batch, num_heads,
             target_length, source_length)`: `masks.attention_mask` of the target and source
             padding masks.
@@ -84,6 +85,7 @@ class DecoderLayer(TransformerLayer):
         attended = self.self_attention(
             h,
             h,
+            use_causal_mask=True,  # when no self_attention_mask is given
             attention_mask=self_attention_mask,
             cache=self_attention_cache,
             cache_index=cache_index,

@@ -70,3 +70,15 @@ def test_config_round_trip():
     assert Decoder.from_config(decoder.get_config()).get_config() == decoder.get_config()
     layer = DecoderLayer(d_model=D_MODEL, num_heads=HEADS, d_ff=16, norm_first=True)
     assert DecoderLayer.from_config(layer.get_config()).get_config() == layer.get_config()
+
+
+def test_a_lone_decoder_layer_is_causal_by_default():
+    layer = DecoderLayer(d_model=D_MODEL, num_heads=HEADS, d_ff=16)
+    rng = np.random.default_rng(3)
+    target = rng.normal(size=(2, 5, D_MODEL)).astype("float32")
+    encoder_output = rng.normal(size=(2, 4, D_MODEL)).astype("float32")
+    changed = target.copy()
+    changed[:, 3:] = rng.normal(size=changed[:, 3:].shape) * 10
+    out, out_changed = (numpy(layer(t, encoder_output)) for t in (target, changed))
+    np.testing.assert_allclose(out[:, :3], out_changed[:, :3], atol=1e-5)
+    assert not np.allclose(out[:, 3:], out_changed[:, 3:])
