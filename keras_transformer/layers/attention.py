@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 import keras
+import tensorflow as tf
 from keras import ops
+from tensorflow.python.ops import control_flow_util  # no public way to ask "under XLA?"
 
 from keras_transformer.layers import masks
 
@@ -29,8 +31,75 @@ def masked_softmax(scores, mask):
     if mask is None:
         return ops.cast(ops.softmax(scores32, axis=-1), scores.dtype)
     scores32 = ops.where(mask, scores32, ops.cast(-1e9, "float32"))
-    weights = ops.softmax(scores32, axis=-1) * ops.cast(mask, "float32")
+    # exp(s - max) / sum, written out: a one-token decoding step's rows are so short that
+    # oneDNN's fused softmax costs several times these four elementwise ops.
+    exps = ops.exp(scores32 - ops.max(scores32, axis=-1, keepdims=True))
+    weights = exps / ops.sum(exps, axis=-1, keepdims=True) * ops.cast(mask, "float32")
     return ops.cast(weights, scores.dtype)
+
+
+# A one-query attention step (cached decoding) over fewer key elements than this (batch x heads x
+# keys x d_k) takes its two products elementwise. At such sizes oneDNN's batched matmul costs
+# ~0.1-0.2 ms per call on CPU, most of a decoding step at batch 1 (bench/decode.py, profiled);
+# above it (large batches, beams) the matmul is faster.
+ELEMENTWISE_ATTENTION_LIMIT = 2**17
+
+
+def dot_product_scores(queries, keys, elementwise=None):
+    """`queries @ keys^T`: `(batch, heads, q, d_k), (batch, heads, k, d_k) -> (batch, heads, q, k)`.
+
+    Args:
+        elementwise: None, or (for one query) a bool scalar tensor choosing products and sums
+            over a batched matmul.
+    """
+
+    def by_matmul():
+        return ops.matmul(queries, ops.transpose(keys, (0, 1, 3, 2)))
+
+    if elementwise is None:
+        return by_matmul()
+    return ops.cond(
+        elementwise, lambda: ops.expand_dims(ops.sum(queries * keys, axis=-1), 2), by_matmul
+    )
+
+
+def weighted_values(weights, values, elementwise=None):
+    """`weights @ values`: `(batch, heads, q, k), (batch, heads, k, d_k) -> (batch, heads, q, d_k)`.
+
+    Args:
+        elementwise: as for `dot_product_scores`.
+    """
+
+    def by_matmul():
+        return ops.matmul(weights, values)
+
+    if elementwise is None:
+        return by_matmul()
+    return ops.cond(
+        elementwise,
+        lambda: ops.sum(ops.transpose(weights, (0, 1, 3, 2)) * values, axis=2, keepdims=True),
+        by_matmul,
+    )
+
+
+def write_to_cache(cache, index, new):
+    """`cache[:, :, index : index + length] = new` for caches `(batch, heads, max_length, d_k)`.
+
+    Under XLA this is a dynamic-update-slice (in place). Elsewhere it is TensorStridedSliceUpdate,
+    a native kernel: keras' `slice_update` would run an XLA op compiled on demand, ~0.1 ms a call.
+    """
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return ops.slice_update(cache, (0, 0, index, 0), new)
+    index = tf.cast(index, tf.int32)
+    return tf.raw_ops.TensorStridedSliceUpdate(
+        input=cache,
+        begin=tf.stack([0, 0, index, 0]),
+        end=tf.stack([0, 0, index + tf.shape(new)[2], 0]),
+        strides=[1, 1, 1, 1],
+        value=new,
+        begin_mask=0b1011,  # all of the batch, head and d_k axes
+        end_mask=0b1011,
+    )
 
 
 def _length(x, axis: int):
@@ -159,13 +228,14 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             keys, values = self.compute_key_value(value, key)
             if cache_index is not None:
-                start = (0, 0, cache_index, 0)
-                keys = ops.slice_update(cache[0], start, keys)
-                values = ops.slice_update(cache[1], start, values)
+                keys = write_to_cache(cache[0], cache_index, keys)
+                values = write_to_cache(cache[1], cache_index, values)
         queries = self._split_heads(self.query_dense(query))
         queries = queries * ops.cast(1.0 / math.sqrt(self.d_k), queries.dtype)
-        # One batched matmul with the keys transposed in place (no copy of a long cache).
-        scores = ops.matmul(queries, ops.transpose(keys, (0, 1, 3, 2)))
+        elementwise = None
+        if queries.shape[2] == 1:
+            elementwise = ops.size(keys) < ELEMENTWISE_ATTENTION_LIMIT
+        scores = dot_product_scores(queries, keys, elementwise)
         if attention_mask is None:
             attention_mask = masks.attention_mask(
                 ops.shape(queries)[2],
@@ -176,7 +246,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 offset=0 if cache_index is None else cache_index,
             )
         weights = masked_softmax(scores, attention_mask)
-        attended = ops.matmul(self.weights_dropout(weights, training=training), values)
+        attended = weighted_values(
+            self.weights_dropout(weights, training=training), values, elementwise
+        )
         output = self.output_dense(self._merge_heads(attended))
         results = (output,)
         if return_attention_scores:

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import math
 import random
+import warnings
 from pathlib import Path
 
 import keras
@@ -304,15 +305,19 @@ def train(
         ))
     # Last, so that a backup of epoch k implies that epoch k's checkpoint and history are written.
     callbacks.append(keras.callbacks.BackupAndRestore(str(paths.backup)))
-    history = model.fit(
-        train_data,
-        validation_data=val_data,
-        epochs=settings.epochs,
-        steps_per_epoch=settings.steps_per_epoch,
-        callbacks=callbacks,
-        shuffle=False,  # make_dataset shuffles (seeded) before bucketing
-        verbose=verbose,
-    )
+    with warnings.catch_warnings():
+        # Bucketed batches have no length known in advance; Keras finds the end of the first
+        # epoch by running out of data and warns about it, although nothing is wrong.
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        history = model.fit(
+            train_data,
+            validation_data=val_data,
+            epochs=settings.epochs,
+            steps_per_epoch=settings.steps_per_epoch,
+            callbacks=callbacks,
+            shuffle=False,  # make_dataset shuffles (seeded) before bucketing
+            verbose=verbose,
+        )
     losses = history.history.get("loss", [])
     if losses and math.isnan(losses[-1]):
         raise RuntimeError(

@@ -154,3 +154,21 @@ def test_heads_must_divide_d_model():
 def test_config_round_trip():
     layer = MultiHeadAttention(HEADS, D_MODEL, dropout=0.1, name="mha")
     assert MultiHeadAttention.from_config(layer.get_config()).get_config() == layer.get_config()
+
+
+@pytest.mark.parametrize("batch, key_length", [(2, 9), (128, 128)])  # 288, 262,144 key values
+def test_one_query_equals_the_last_row_of_full_attention(batch, key_length):
+    # One-token decoding steps may take a different route for small and large key sets; both
+    # must give the full computation's answer.
+    rng = np.random.default_rng(4)
+    sequence = rng.normal(size=(batch, key_length, D_MODEL)).astype("float32")
+    key_mask = rng.random((batch, key_length)) < 0.8
+    key_mask[:, 0] = True
+    attention = MultiHeadAttention(HEADS, D_MODEL)
+    full, full_weights = attention(sequence, sequence, key_mask=key_mask,
+                                   return_attention_scores=True)
+    last, last_weights = attention(sequence[:, -1:], sequence, key_mask=key_mask,
+                                   return_attention_scores=True)
+    np.testing.assert_allclose(numpy(last)[:, 0], numpy(full)[:, -1], atol=1e-5)
+    np.testing.assert_allclose(numpy(last_weights)[:, :, 0], numpy(full_weights)[:, :, -1],
+                               atol=1e-6)
