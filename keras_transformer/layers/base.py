@@ -49,6 +49,9 @@ class TransformerBlock(keras.layers.Layer):
             epsilon=LAYER_NORM_EPSILON, name=name, dtype=self.dtype_policy
         )
 
+    def dropout_layer(self) -> keras.layers.Dropout:
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
     def sublayer_options(self) -> dict:
         """Constructor arguments for the layers a stack is made of."""
         return dict(
@@ -86,7 +89,7 @@ class TransformerLayer(TransformerBlock):
         attention = MultiHeadAttention(
             self.num_heads, self.d_model, self.dropout, name=name, dtype=self.dtype_policy
         )
-        return attention, self.layer_norm(f"{name}_norm"), self.sublayer_dropout()
+        return attention, self.layer_norm(f"{name}_norm"), self.dropout_layer()
 
     def feed_forward_sublayer(self):
         """`(FeedForward, LayerNormalization, Dropout)` named `feed_forward`, `..._norm`."""
@@ -94,10 +97,7 @@ class TransformerLayer(TransformerBlock):
             self.d_model, self.d_ff, self.dropout, self.activation, name="feed_forward",
             dtype=self.dtype_policy,
         )
-        return feed_forward, self.layer_norm("feed_forward_norm"), self.sublayer_dropout()
-
-    def sublayer_dropout(self) -> keras.layers.Dropout:
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        return feed_forward, self.layer_norm("feed_forward_norm"), self.dropout_layer()
 
     def feed_forward_residual(self, x, training=None):
         """The last sub-layer: `x` through the feed-forward network inside its Add & Norm."""
@@ -117,22 +117,12 @@ class LayerStack(TransformerBlock):
         d_model, num_heads, d_ff, dropout, norm_first, activation: see `TransformerBlock`.
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        **kwargs,
-    ):
-        super().__init__(d_model, num_heads, d_ff, dropout, norm_first, activation, **kwargs)
+    def __init__(self, num_layers: int, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.num_layers = num_layers
-        self.input_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.input_dropout = self.dropout_layer()
         self.blocks = [self.make_block(index) for index in range(num_layers)]
-        self.final_norm = self.layer_norm("final_norm") if norm_first else None
+        self.final_norm = self.layer_norm("final_norm") if self.norm_first else None
 
     def make_block(self, index: int) -> TransformerBlock:
         """Builds layer `index` of the stack."""

@@ -80,8 +80,6 @@ def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     return bool(strategy.reduce(tf.distribute.ReduceOp.MAX, value, axis=None).numpy() > 0)
 
 
-
-
 def patch_for_multi_worker(model, strategy: tf.distribute.Strategy) -> None:
     """Works around two gaps of Keras 3's `fit` under `MultiWorkerMirroredStrategy`.
 
