@@ -28,13 +28,14 @@ def masked_softmax(scores, mask):
         attention weights shaped like `scores`, in the dtype of `scores`.
     """
     scores32 = ops.cast(scores, "float32")
-    if mask is None:
-        return ops.cast(ops.softmax(scores32, axis=-1), scores.dtype)
-    scores32 = ops.where(mask, scores32, ops.cast(-1e9, "float32"))
+    if mask is not None:
+        scores32 = ops.where(mask, scores32, ops.cast(-1e9, "float32"))
     # exp(s - max) / sum, written out: a one-token decoding step's rows are so short that
     # oneDNN's fused softmax costs several times these four elementwise ops.
     exps = ops.exp(scores32 - ops.max(scores32, axis=-1, keepdims=True))
-    weights = exps / ops.sum(exps, axis=-1, keepdims=True) * ops.cast(mask, "float32")
+    weights = exps / ops.sum(exps, axis=-1, keepdims=True)
+    if mask is not None:
+        weights = weights * ops.cast(mask, "float32")
     return ops.cast(weights, scores.dtype)
 
 
