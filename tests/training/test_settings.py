@@ -46,6 +46,7 @@ def test_split_values_overrides_given_defaults():
     [
         ('{"d_model": 64, "epoch": 3}', r"config.json: unknown key 'epoch'"),
         ('{"epochs": 0}', r"config.json: training setting epochs must be a positive integer"),
+        ('{"average_checkpoints": 0}', r"config.json: training setting average_checkpoints must"),
         ('{"batch_size": "64"}', r"config.json: training setting batch_size must be a positive"),
         ('{"strategy": "tpu"}', r"config.json: training setting strategy must be one of"),
         ('{"learning_rate_scale": -1}', r"config.json: training setting learning_rate_scale"),

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from keras_transformer.text.data import ParallelCorpus
 from keras_transformer.training.run_dir import RunPaths, load_run
+from keras_transformer.training.settings import TrainingSettings
 from keras_transformer.training.trainer import dtype_policy, hold_out, pad_to_multiple, train
 
 
@@ -78,3 +79,16 @@ def test_pad_to_multiple_pads_every_batch_with_zeros():
     padded, labels = next(iter(pad_to_multiple(dataset, 8)))
     assert padded["source_tokens"].shape == (2, 8) and labels.shape == (2, 16)
     assert int(tf.reduce_sum(padded["target_tokens"])) == 18  # only zeros were added
+
+
+def test_average_checkpoints_setting_averages_the_last_epochs(
+    trained_run_dir, tiny_config, tmp_path, capsys
+):
+    data = load_run(trained_run_dir, compile=False).settings
+    settings = TrainingSettings(
+        source_file=data.source_file, target_file=data.target_file,
+        val_source_file=data.val_source_file, val_target_file=data.val_target_file,
+        epochs=3, steps_per_epoch=2, average_checkpoints=3,
+    )
+    train(tiny_config, settings, tmp_path / "run", verbose=0)
+    assert "Average of the last 3 epochs: val_loss" in capsys.readouterr().out
