@@ -50,6 +50,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--shared-vocab", action="store_true")
+    parser.add_argument("--tie-output-embedding", action="store_true",
+                        help="output projection = transposed target embedding")
     parser.add_argument("--lower-case", action="store_true")
     parser.add_argument("--label-smoothing", type=float, default=0.1)
     parser.add_argument("--warmup", type=int, default=4000, help="schedule warm-up steps")
@@ -323,7 +325,8 @@ def main() -> int:
     config = TransformerConfig(
         num_encoder_layers=args.layers, num_decoder_layers=args.layers, d_model=args.d_model,
         num_heads=args.heads, d_ff=args.d_ff, dropout=args.dropout, max_length=128,
-        share_embeddings=args.shared_vocab, label_smoothing=args.label_smoothing,
+        share_embeddings=args.shared_vocab, tie_output_embedding=args.tie_output_embedding,
+        label_smoothing=args.label_smoothing,
     )
     if not args.quality_only:
         vocab_dir = Path(args.run_dir + "-speed-vocab")

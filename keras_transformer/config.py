@@ -25,6 +25,8 @@ class TransformerConfig:
         max_length: longest sequence (tokens) the positional encoding covers.
         norm_first: pre-LN residual blocks (`x + sublayer(norm(x))`) instead of the paper's post-LN.
         share_embeddings: one embedding matrix for source and target (needs equal vocab sizes).
+        tie_output_embedding: the output projection is the transposed target embedding matrix
+            (no separate `logits` layer, no bias).
         label_smoothing: epsilon of label-smoothed cross-entropy (0.1 in the paper).
     """
 
@@ -39,6 +41,7 @@ class TransformerConfig:
     max_length: int = 256
     norm_first: bool = False
     share_embeddings: bool = False
+    tie_output_embedding: bool = False
     label_smoothing: float = 0.1
 
     def __post_init__(self) -> None:
@@ -66,7 +69,7 @@ class TransformerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {value!r}")
-        for name in ("norm_first", "share_embeddings"):
+        for name in ("norm_first", "share_embeddings", "tie_output_embedding"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TransformerConfig.{name} must be true or false")
         if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import keras
 
 from keras_transformer.config import TransformerConfig
@@ -24,7 +26,8 @@ def build_transformer(config: TransformerConfig) -> keras.Model:
 
     Layers are named so that decoding can reuse them: `source_embedding` and `target_embedding`
     (one layer, `shared_embedding`, when `config.share_embeddings`), `encoder`, `decoder`,
-    `logits`.
+    `logits` (absent when `config.tie_output_embedding`: the target embedding layer, called with
+    `reverse=True`, projects instead).
 
     Example:
         >>> config = TransformerConfig(source_vocab_size=100, target_vocab_size=100,
@@ -56,7 +59,10 @@ def build_transformer(config: TransformerConfig) -> keras.Model:
     )
     encoder = Encoder(config.num_encoder_layers, name="encoder", **stack)
     decoder = Decoder(config.num_decoder_layers, name="decoder", **stack)
-    to_logits = keras.layers.Dense(config.target_vocab_size, name="logits", dtype="float32")
+    if config.tie_output_embedding:
+        to_logits = functools.partial(target_embedding, reverse=True)
+    else:
+        to_logits = keras.layers.Dense(config.target_vocab_size, name="logits", dtype="float32")
 
     source_mask = PaddingMask(name="source_mask")(source_tokens)
     target_mask = PaddingMask(name="target_mask")(target_tokens)

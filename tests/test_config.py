@@ -29,6 +29,7 @@ def test_json_round_trip(tmp_path):
         ({"share_embeddings": True, "target_vocab_size": 10}, "share_embeddings needs"),
         ({"max_length": 2.5}, "max_length must be a positive integer"),
         ({"norm_first": "yes"}, "norm_first must be true or false"),
+        ({"tie_output_embedding": 1}, "tie_output_embedding must be true or false"),
     ],
 )
 def test_inconsistent_values_say_which(changes, message):

@@ -107,6 +107,23 @@ def test_shared_embeddings_use_one_matrix(batch):
     assert logits_of(model, source, target).shape == (2, 4, VOCAB)
 
 
+def test_tied_output_projection_is_the_transposed_target_embedding(batch):
+    model = kt.build_transformer(tiny_config(tie_output_embedding=True))
+    untied = kt.build_transformer(tiny_config())
+    names = [layer.name for layer in model.layers]
+    assert "logits" not in names
+    assert untied.count_params() - model.count_params() == 16 * VOCAB + VOCAB
+    source, target = batch
+    decoder_output = keras.Model(model.inputs, model.get_layer("decoder").output)
+    hidden = keras.ops.convert_to_numpy(
+        decoder_output({"source_tokens": source, "target_tokens": target})
+    )
+    table = keras.ops.convert_to_numpy(
+        model.get_layer("target_embedding").token_embedding.embeddings
+    )
+    np.testing.assert_allclose(logits_of(model, source, target), hidden @ table.T, atol=1e-5)
+
+
 def compile_for_training(model, config, warmup_steps=100, scale=1.0):
     model.compile(
         optimizer=keras.optimizers.Adam(
@@ -120,8 +137,9 @@ def compile_for_training(model, config, warmup_steps=100, scale=1.0):
     )
 
 
-def test_keras_file_round_trip_gives_identical_logits(tmp_path, batch):
-    config = tiny_config(label_smoothing=0.1)
+@pytest.mark.parametrize("tie_output_embedding", [False, True])
+def test_keras_file_round_trip_gives_identical_logits(tmp_path, batch, tie_output_embedding):
+    config = tiny_config(label_smoothing=0.1, tie_output_embedding=tie_output_embedding)
     model = kt.build_transformer(config)
     compile_for_training(model, config)
     source, target = batch
@@ -138,10 +156,11 @@ def test_keras_file_round_trip_gives_identical_logits(tmp_path, batch):
     assert float(loaded.optimizer.learning_rate) == float(model.optimizer.learning_rate)
 
 
-def test_mixed_precision_trains_and_returns_float32_logits(batch):
+@pytest.mark.parametrize("tie_output_embedding", [False, True])
+def test_mixed_precision_trains_and_returns_float32_logits(batch, tie_output_embedding):
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
-        config = tiny_config()
+        config = tiny_config(tie_output_embedding=tie_output_embedding)
         model = kt.build_transformer(config)
         compile_for_training(model, config)
         source, target = batch

@@ -10,6 +10,8 @@ as the reference for tests and benchmarks.
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -35,7 +37,8 @@ class SequenceDecoder:
 
     Args:
         model: a model from `build_transformer` (its `source_embedding`/`target_embedding` or
-            `shared_embedding`, `encoder`, `decoder` and `logits` layers are used).
+            `shared_embedding`, `encoder`, `decoder` and `logits` layers are used; without a
+            `logits` layer, the target embedding projects).
         start_id: the decoder's first input.
         end_id: the token that ends a translation.
 
@@ -53,12 +56,15 @@ class SequenceDecoder:
             self.target_embedding = model.get_layer("target_embedding")
         self.encoder = model.get_layer("encoder")
         self.decoder = model.get_layer("decoder")
-        self.to_logits = model.get_layer("logits")
+        if "logits" in layer_names:
+            self.to_logits = model.get_layer("logits")
+        else:
+            self.to_logits = functools.partial(self.target_embedding, reverse=True)
         self.max_length = self.target_embedding.max_length
         self.start_id = start_id
         self.end_id = end_id
         # Never generated: padding (id 0) and START.
-        self.banned_tokens = np.isin(np.arange(self.to_logits.units), [0, start_id])
+        self.banned_tokens = np.isin(np.arange(self.target_embedding.vocab_size), [0, start_id])
 
     def encode(self, source_tokens):
         """Runs the encoder once.

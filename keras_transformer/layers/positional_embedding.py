@@ -40,6 +40,9 @@ class PositionalEmbedding(keras.layers.Layer):
     Token id 0 is padding; the layer propagates a padding mask (`compute_mask`), although the
     model passes masks explicitly to attention rather than relying on it.
 
+    Called with `reverse=True` on decoder outputs, the layer is the tied output projection
+    (Press and Wolf, 2017; the paper's section 3.4): logits = hidden @ embedding^T, in float32.
+
     Args:
         vocab_size: number of token ids.
         d_model: embedding width.
@@ -49,10 +52,13 @@ class PositionalEmbedding(keras.layers.Layer):
         token_ids: int tensor `(batch, length)`.
         start_position: absolute position of the first token (cached decoding feeds one token
             at a time); a scalar, default 0.
+        reverse: project instead: `token_ids` is then a float tensor `(..., d_model)` of hidden
+            states.
 
     Returns:
         `(batch, length, d_model)`:
-        embedding * sqrt(d_model) + PE[start_position + arange(length)].
+        embedding * sqrt(d_model) + PE[start_position + arange(length)];
+        with `reverse=True`, float32 logits `(..., vocab_size)`.
 
     Example:
         >>> layer = PositionalEmbedding(vocab_size=100, d_model=16, max_length=32)
@@ -66,16 +72,24 @@ class PositionalEmbedding(keras.layers.Layer):
         self.d_model = d_model
         self.max_length = max_length
         self.supports_masking = True
-        self.token_embedding = keras.layers.Embedding(
-            vocab_size, d_model, name="token_embedding", dtype=self.dtype_policy
+        self.token_embedding = keras.layers.ReversibleEmbedding(
+            vocab_size,
+            d_model,
+            reverse_dtype="float32",
+            name="token_embedding",
+            dtype=self.dtype_policy,
         )
+        # This layer computes the padding mask; the inner one only passes hidden states through.
+        self.token_embedding.supports_masking = True
         self.encoding = sinusoidal_encoding(max_length, d_model)
 
     def build(self, input_shape):
-        self.token_embedding.build(input_shape)
+        self.token_embedding.build()
         self.built = True
 
-    def call(self, token_ids, start_position=0):
+    def call(self, token_ids, start_position=0, reverse=False):
+        if reverse:
+            return self.token_embedding(token_ids, reverse=True)
         length = ops.shape(token_ids)[1]
         positions = ops.arange(length) + start_position
         encoding = ops.take(ops.cast(self.encoding, self.compute_dtype), positions, axis=0)
@@ -85,10 +99,14 @@ class PositionalEmbedding(keras.layers.Layer):
         return embedded + encoding[None]
 
     def compute_mask(self, token_ids, mask=None):
+        if not keras.backend.is_int_dtype(token_ids.dtype):  # `reverse`: hidden states
+            return mask
         return padding_mask(token_ids, PAD_ID)
 
-    def compute_output_shape(self, input_shape):
-        return (*input_shape, self.d_model)
+    def compute_output_spec(self, token_ids, start_position=0, reverse=False):
+        if reverse:
+            return keras.KerasTensor((*token_ids.shape[:-1], self.vocab_size), dtype="float32")
+        return keras.KerasTensor((*token_ids.shape, self.d_model), dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -130,8 +130,12 @@ def test_padding_and_start_are_never_generated():
         assert np.isfinite(scores).all()
 
 
-def test_shared_embeddings_decode_like_the_reference():
-    decoder = untrained_decoder(share_embeddings=True)
+@pytest.mark.parametrize(
+    "changes",
+    [{"share_embeddings": True}, {"share_embeddings": True, "tie_output_embedding": True}],
+)
+def test_shared_embeddings_decode_like_the_reference(changes):
+    decoder = untrained_decoder(**changes)
     source = np.array([[4, 5, 6, 7], [8, 9, 0, 0]])
     cached = decode(decoder.greedy, source, max_length=6)
     uncached = decode(decoder.greedy, source, max_length=6, use_cache=False)

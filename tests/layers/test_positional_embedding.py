@@ -47,6 +47,28 @@ def test_propagates_the_padding_mask():
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(mask), [[True, True, False, False]])
 
 
+def test_reverse_projects_onto_the_embedding_matrix_in_float32():
+    layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
+    layer(np.array([[1]]))
+    hidden = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
+    logits = layer(hidden, reverse=True)
+    table = keras.ops.convert_to_numpy(layer.token_embedding.embeddings)
+    assert logits.dtype == "float32" and logits.shape == (2, 3, 20)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), hidden @ table.T, atol=1e-5)
+    assert layer.compute_mask(hidden, mask=None) is None
+
+
+def test_reverse_returns_float32_under_mixed_precision():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
+        hidden = layer(np.array([[3, 5]]))
+        assert hidden.dtype == "bfloat16"
+        assert layer(hidden, reverse=True).dtype == "float32"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
 def test_config_round_trip():
     layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16, name="emb")
     clone = PositionalEmbedding.from_config(layer.get_config())
