@@ -62,7 +62,10 @@ def build_transformer(config: TransformerConfig) -> keras.Model:
     if config.tie_output_embedding:
         to_logits = functools.partial(target_embedding, reverse=True)
     else:
-        to_logits = keras.layers.Dense(config.target_vocab_size, name="logits", dtype="float32")
+        to_logits = keras.layers.Dense(config.target_vocab_size, name="logits")
+    # The projection runs in the compute dtype, the softmax and loss see float32 (as the Keras
+    # mixed-precision guide does for a model's last layer).
+    to_float32 = keras.layers.Activation("linear", dtype="float32", name="float32_logits")
 
     source_mask = PaddingMask(name="source_mask")(source_tokens)
     target_mask = PaddingMask(name="target_mask")(target_tokens)
@@ -73,7 +76,7 @@ def build_transformer(config: TransformerConfig) -> keras.Model:
         source_mask=source_mask,
         target_mask=target_mask,
     )
-    logits = to_logits(decoded)
+    logits = to_float32(to_logits(decoded))
     return keras.Model(
         inputs={"source_tokens": source_tokens, "target_tokens": target_tokens},
         outputs=logits,

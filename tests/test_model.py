@@ -172,6 +172,8 @@ def test_mixed_precision_trains_and_returns_float32_logits(batch, tie_output_emb
     assert np.isfinite(loss[0] if isinstance(loss, list) else loss)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
     assert model.get_layer("encoder").compute_dtype == "float16"
+    if not tie_output_embedding:
+        assert model.get_layer("logits").compute_dtype == "float16"
     assert all(weight.dtype == "float32" for weight in encoder_weights)
 
 

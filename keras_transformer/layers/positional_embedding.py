@@ -41,7 +41,7 @@ class PositionalEmbedding(keras.layers.Layer):
     model passes masks explicitly to attention rather than relying on it.
 
     Called with `reverse=True` on decoder outputs, the layer is the tied output projection
-    (Press and Wolf, 2017; the paper's section 3.4): logits = hidden @ embedding^T, in float32.
+    (Press and Wolf, 2017; the paper's section 3.4): logits = hidden @ embedding^T.
 
     Args:
         vocab_size: number of token ids.
@@ -58,7 +58,7 @@ class PositionalEmbedding(keras.layers.Layer):
     Returns:
         `(batch, length, d_model)`:
         embedding * sqrt(d_model) + PE[start_position + arange(length)];
-        with `reverse=True`, float32 logits `(..., vocab_size)`.
+        with `reverse=True`, logits `(..., vocab_size)`.
 
     Example:
         >>> layer = PositionalEmbedding(vocab_size=100, d_model=16, max_length=32)
@@ -75,7 +75,7 @@ class PositionalEmbedding(keras.layers.Layer):
         self.token_embedding = keras.layers.ReversibleEmbedding(
             vocab_size,
             d_model,
-            reverse_dtype="float32",
+            reverse_dtype=self.compute_dtype,  # else matmul promotes to the float32 table
             name="token_embedding",
             dtype=self.dtype_policy,
         )
@@ -105,7 +105,8 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def compute_output_spec(self, token_ids, start_position=0, reverse=False):
         if reverse:
-            return keras.KerasTensor((*token_ids.shape[:-1], self.vocab_size), dtype="float32")
+            shape = (*token_ids.shape[:-1], self.vocab_size)
+            return keras.KerasTensor(shape, dtype=self.compute_dtype)
         return keras.KerasTensor((*token_ids.shape, self.d_model), dtype=self.compute_dtype)
 
     def get_config(self):

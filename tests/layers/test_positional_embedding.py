@@ -58,15 +58,17 @@ def test_reverse_projects_onto_the_embedding_matrix_in_float32():
     assert layer.compute_mask(hidden, mask=None) is None
 
 
-def test_reverse_returns_float32_under_mixed_precision():
+def test_reverse_runs_in_the_compute_dtype_under_mixed_precision():
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
         layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
         hidden = layer(np.array([[3, 5]]))
-        assert hidden.dtype == "bfloat16"
-        assert layer(hidden, reverse=True).dtype == "float32"
+        logits = layer(hidden, reverse=True)
+        symbolic = layer(keras.KerasTensor((None, 2, 8), dtype="bfloat16"), reverse=True)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    assert hidden.dtype == logits.dtype == symbolic.dtype == "bfloat16"
+    assert logits.shape == (1, 2, 20) and symbolic.shape == (None, 2, 20)
 
 
 def test_config_round_trip():

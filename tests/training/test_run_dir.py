@@ -11,6 +11,8 @@ import pytest
 from keras_transformer.training.run_dir import RunPaths, load_run
 
 
+# Bucketed data has no known length: Keras warns when `evaluate` finds its end.
+@pytest.mark.filterwarnings("ignore:Your input ran out of data")
 def test_load_run_reads_back_the_trained_run(
     trained_run_dir, trained_run_config, trained_run_settings
 ):
