@@ -2,6 +2,7 @@
 
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.decoder import Decoder, DecoderLayer
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.encoder import Encoder, EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import PaddingMask, attention_mask, causal_mask, padding_mask
@@ -10,6 +11,7 @@ from keras_transformer.layers.positional_embedding import PositionalEmbedding, s
 __all__ = [
     "Decoder",
     "DecoderLayer",
+    "Dropout",
     "Encoder",
     "EncoderLayer",
     "FeedForward",

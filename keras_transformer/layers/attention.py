@@ -10,6 +10,7 @@ from keras import ops
 from tensorflow.python.ops import control_flow_util  # no public way to ask "under XLA?"
 
 from keras_transformer.layers import masks
+from keras_transformer.layers.dropout import Dropout
 
 
 def masked_softmax(scores, mask):
@@ -176,7 +177,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dense = keras.layers.Dense(d_model, name="key", dtype=self.dtype_policy)
         self.value_dense = keras.layers.Dense(d_model, name="value", dtype=self.dtype_policy)
         self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
-        self.weights_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.weights_dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape

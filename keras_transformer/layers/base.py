@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.residual import sublayer_input, sublayer_output
 
@@ -49,8 +50,8 @@ class TransformerBlock(keras.layers.Layer):
             epsilon=LAYER_NORM_EPSILON, name=name, dtype=self.dtype_policy
         )
 
-    def dropout_layer(self) -> keras.layers.Dropout:
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+    def dropout_layer(self) -> Dropout:
+        return Dropout(self.dropout, dtype=self.dtype_policy)
 
     def sublayer_options(self) -> dict:
         """Constructor arguments for the layers a stack is made of."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class FeedForward(keras.layers.Layer):
@@ -40,7 +42,7 @@ class FeedForward(keras.layers.Layer):
         self.inner_dense = keras.layers.Dense(
             d_ff, activation=activation, name="inner", dtype=self.dtype_policy
         )
-        self.inner_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.inner_dropout = Dropout(dropout, dtype=self.dtype_policy)
         self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
 
     def build(self, input_shape):

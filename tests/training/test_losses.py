@@ -32,3 +32,21 @@ def test_config_round_trip():
     loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1, pad_id=0)
     clone = MaskedSparseCategoricalCrossentropy.from_config(loss.get_config())
     assert clone.get_config() == loss.get_config()
+
+
+def test_gradient_is_softmax_minus_smoothed_target_over_real_tokens():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+    labels = np.array([[5, 2, 7, 0], [1, 3, 0, 0]])
+    logits = rng.normal(size=(2, 4, 10)).astype("float32")
+    logits_tensor = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(logits_tensor)
+        loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)(labels, logits_tensor)
+    gradient = tape.gradient(loss, logits_tensor).numpy()
+    real = (labels != 0)[..., None]
+    smoothed = np.eye(10)[labels] * 0.9 + 0.01
+    softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    expected = np.where(real, (softmax - smoothed) / real.sum(), 0.0)
+    np.testing.assert_allclose(gradient, expected, atol=1e-6)

@@ -18,3 +18,17 @@ def test_counts_only_real_tokens_across_batches():
 def test_config_round_trip():
     metric = MaskedAccuracy(pad_id=0, name="acc")
     assert MaskedAccuracy.from_config(metric.get_config()).get_config() == metric.get_config()
+
+
+def test_equals_argmax_accuracy_on_random_logits():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(1, 50, size=(8, 12))
+    labels[:, 9:] = 0
+    logits = rng.normal(size=(8, 12, 50)).astype("float32")
+    logits[:3, :, :] += 3.0 * np.eye(50)[labels[:3]]  # some rows predicted right
+    metric = MaskedAccuracy()
+    metric.update_state(labels, logits)
+    real = labels != 0
+    expected = (logits.argmax(-1) == labels)[real].mean()
+    assert 0.2 < expected < 0.6
+    assert float(metric.result()) == pytest.approx(expected)
