@@ -8,9 +8,10 @@ Prints figures, asserts nothing. Two parts, in one run:
    TensorFlow "Neural machine translation with a Transformer and Keras" tutorial builds it
    (`keras.layers.MultiHeadAttention` with key_dim = d_model per head, implicit Keras masks,
    batches padded to their longest sentence, no bucketing), same d_model / layers / heads / data /
-   batch / tokenizers / loss / optimizer. Reported: real (non-padding) target tokens per second,
-   and FLOP utilisation = model FLOPs per second (from the shapes actually computed) / a float32
-   matmul rate measured in the same run.
+   batch / tokenizers / loss / optimizer / precision. Reported: real (non-padding) target tokens
+   per second, and FLOP utilisation = model FLOPs per second (from the shapes actually computed)
+   / a float32 matmul rate measured in the same run (and / a bfloat16 one with
+   `--mixed-precision` on CPU, where both models' matmuls run in bfloat16).
 2. Quality (unless `--speed-only`): `keras_transformer.training.train` under `--time-budget`
    minutes, then validation loss and sacreBLEU on the validation set (lowercased and cased),
    decoded with the project's cached beam search.
@@ -39,7 +40,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--run-dir", default=str(REPO_ROOT / "runs/multi30k"))
     parser.add_argument("--speed-only", action="store_true", help="skip the quality run")
     parser.add_argument("--quality-only", action="store_true", help="skip the speed comparison")
-    parser.add_argument("--speed-steps", type=int, default=40)
+    parser.add_argument("--speed-steps", type=int, default=80)
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--time-budget", type=float, default=60.0, help="training minutes")
     parser.add_argument("--d-model", type=int, default=128)
@@ -65,12 +66,12 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def matmul_flops_per_second(size: int = 1024, seconds: float = 3.0) -> float:
-    """float32 matmul rate of this machine: repeated `(size, size) @ (size, size)`."""
+def matmul_flops_per_second(dtype: str, size: int = 1024, seconds: float = 3.0) -> float:
+    """Matmul rate of this machine in `dtype`: repeated `(size, size) @ (size, size)`."""
     import tensorflow as tf
 
-    a = tf.random.normal((size, size))
-    b = tf.random.normal((size, size))
+    a = tf.random.normal((size, size), dtype=dtype)
+    b = tf.random.normal((size, size), dtype=dtype)
 
     @tf.function
     def multiply(a, b):
@@ -130,8 +131,9 @@ def reference_model(config):
 
         def call(self, x):
             length = keras.ops.shape(x)[1]
-            encoding = keras.ops.convert_to_tensor(self.encoding)[None, :length]
-            return self.embedding(x) * np.sqrt(d).astype("float32") + encoding
+            dtype = self.compute_dtype
+            encoding = keras.ops.convert_to_tensor(self.encoding, dtype)[None, :length]
+            return self.embedding(x) * keras.ops.cast(np.sqrt(d), dtype) + encoding
 
     def attention_block(x, context=None, causal=False):
         attention = keras.layers.MultiHeadAttention(config.num_heads, key_dim=d,
@@ -230,10 +232,9 @@ def speed_comparison(args, config, settings, corpus, source_tokenizer, target_to
         pad_to_multiple,
     )
 
-    rate_before = matmul_flops_per_second()
-
     keras.utils.set_random_seed(0)
-    reference = reference_model(config)
+    with dtype_policy(settings.mixed_precision):
+        reference = reference_model(config)
     reference.compile(
         optimizer=keras.optimizers.Adam(TransformerSchedule(config.d_model, settings.warmup_steps),
                                         beta_1=0.9, beta_2=0.98, epsilon=1e-9),
@@ -251,6 +252,9 @@ def speed_comparison(args, config, settings, corpus, source_tokenizer, target_to
     if settings.jit_compile:
         our_data = pad_to_multiple(our_data, SHAPE_MULTIPLE)
 
+    # float32, and the compute dtype of a mixed policy (bfloat16 on CPU).
+    dtypes = dict.fromkeys(["float32", ours.get_layer("encoder").compute_dtype])
+    rates_before = {dtype: matmul_flops_per_second(dtype) for dtype in dtypes}
     meters = {
         "reference (tutorial)": SpeedMeter(reference, reference_data, config, config.d_model),
         "ours": SpeedMeter(ours, our_data, config, config.d_k),
@@ -263,14 +267,18 @@ def speed_comparison(args, config, settings, corpus, source_tokenizer, target_to
         for meter in meters.values():
             meter.run(args.speed_steps // rounds)
     # The better of two measurements, so that load on the machine does not flatter utilisation.
-    rate = max(rate_before, matmul_flops_per_second())
-    print(f"float32 matmul rate (1024x1024, best of before/after, this run): "
-          f"{rate / 1e9:.1f} GFLOP/s")
+    rates = {dtype: max(before, matmul_flops_per_second(dtype))
+             for dtype, before in rates_before.items()}
+    for dtype, rate in rates.items():
+        print(f"{dtype} matmul rate (1024x1024, best of before/after, this run): "
+              f"{rate / 1e9:.1f} GFLOP/s")
     for name, meter in meters.items():
         flops_per_s = meter.flops / meter.seconds
+        utilisation = ", ".join(f"{flops_per_s / rate:.0%} of the {dtype} matmul rate"
+                                for dtype, rate in rates.items())
         print(f"{name:>21}: {meter.real / meter.seconds:8.0f} real target tokens/s "
               f"({meter.real / meter.padded:.0%} of target positions real), "
-              f"{flops_per_s / 1e9:6.2f} GFLOP/s = {flops_per_s / rate:.0%} of the matmul rate, "
+              f"{flops_per_s / 1e9:6.2f} GFLOP/s = {utilisation}, "
               f"{meter.steps} steps in {meter.seconds:.1f} s")
     ours, reference = meters["ours"], meters["reference (tutorial)"]
     ratio = (ours.real / ours.seconds) / (reference.real / reference.seconds)
