@@ -4,6 +4,7 @@ file and the key."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,12 @@ def test_errors_name_the_file_and_key(tmp_path, content, message):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json: no such config file"):
         load_run_config(tmp_path / "nope.json")
+
+
+def test_shipped_multi30k_config_is_the_benchmarked_recipe():
+    path = Path(__file__).resolve().parents[2] / "configs" / "multi30k_60min.json"
+    config, settings = load_run_config(path)
+    assert (config.d_model, config.num_encoder_layers, config.num_decoder_layers) == (128, 3, 3)
+    assert config.share_embeddings and config.tie_output_embedding and settings.shared_vocab
+    assert (config.dropout, settings.warmup_steps, settings.average_checkpoints) == (0.15, 2000, 5)
+    assert settings.time_budget_minutes == 60 and settings.mixed_precision
