@@ -46,9 +46,10 @@ def test_keeps_bfloat16():
     assert keras.backend.standardize_dtype(outputs.dtype) == "bfloat16"
 
 
-def test_rejects_a_rate_outside_0_1():
+@pytest.mark.parametrize("rate", [-0.1, 1.0, 0.999])
+def test_rejects_rates_a_byte_threshold_cannot_express(rate):
     with pytest.raises(ValueError, match="rate"):
-        Dropout(1.0)
+        Dropout(rate)
 
 
 def test_config_round_trip():
