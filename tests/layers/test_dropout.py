@@ -40,6 +40,12 @@ def test_gradient_is_the_mask_times_the_scale():
     np.testing.assert_allclose(gradient, outputs.numpy() / inputs.numpy(), rtol=1e-5)
 
 
+def test_compiles_with_xla():
+    layer = Dropout(0.25, seed=5)
+    dropped = tf.function(lambda x: layer(x, training=True), jit_compile=True)(tf.ones((8, 50)))
+    assert (dropped.numpy() == 0.0).mean() == pytest.approx(0.25, abs=0.08)
+
+
 def test_keeps_bfloat16():
     inputs = keras.ops.ones((2, 6), dtype="bfloat16")
     outputs = Dropout(0.5, seed=0, dtype="mixed_bfloat16")(inputs, training=True)
