@@ -148,3 +148,14 @@ def test_resumes_after_kill_9(data, tmp_path):
     # Restored weights: the first resumed epoch continues the descent instead of starting over.
     assert history["loss"][saved_epoch] < 0.9 * history["loss"][0]
     assert not (run_dir / "backup").exists()
+
+
+def test_console_script_is_installed_next_to_python():
+    # `pip install` puts the `keras-transformer` entry point beside the interpreter.
+    script = Path(sys.executable).parent / "keras-transformer"
+    result = subprocess.run([str(script), "train", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for flag in ("--source-file", "--tsv", "--config", "--run-dir", "--time-budget",
+                 "--mixed-precision", "--jit-compile", "--strategy"):
+        assert flag in result.stdout
