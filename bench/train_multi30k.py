@@ -309,9 +309,10 @@ def main() -> int:
     import tensorflow as tf
 
     from keras_transformer.config import TransformerConfig
+    from keras_transformer.settings import TrainingSettings
     from keras_transformer.text.data import read_parallel_files
-    from keras_transformer.text.vocabulary import build_tokenizers, load_tokenizers
-    from keras_transformer.training.settings import TrainingSettings
+    from keras_transformer.text.tokenizer_pair import load_tokenizers
+    from keras_transformer.text.vocabulary import build_tokenizers
     from keras_transformer.training.trainer import train
 
     data = Path(args.data_dir)

@@ -1,20 +1,21 @@
-"""keras_transformer: the Transformer of "Attention Is All You Need" as Keras 3 layers."""
+"""keras_transformer: the Transformer of "Attention Is All You Need" as Keras 3 layers.
 
-from keras_transformer import layers
-from keras_transformer.config import TransformerConfig
-from keras_transformer.model import build_transformer
-from keras_transformer.training import (
-    MaskedAccuracy,
-    MaskedSparseCategoricalCrossentropy,
-    TransformerSchedule,
-)
+Names are imported on first use (`kt.build_transformer` loads Keras, `kt.TransformerSchedule` the
+training package), so importing the package itself is instant.
+"""
 
-__all__ = [
-    "MaskedAccuracy",
-    "MaskedSparseCategoricalCrossentropy",
-    "TransformerConfig",
-    "TransformerSchedule",
-    "build_transformer",
-    "layers",
-]
+from keras_transformer._lazy import lazy_attributes
+
+_SOURCES = {
+    "MaskedAccuracy": ".training.metrics",
+    "MaskedSparseCategoricalCrossentropy": ".training.losses",
+    "TrainingSettings": ".settings",
+    "TransformerConfig": ".config",
+    "TransformerSchedule": ".training.schedules",
+    "build_transformer": ".model",
+    "layers": ".layers",
+    "load_run": ".run_dir",
+}
+__all__ = sorted(_SOURCES)
+__getattr__ = lazy_attributes(__name__, _SOURCES)
 __version__ = "0.1.0"

@@ -1,10 +1,9 @@
-"""Hyper-parameters of the Transformer as one dataclass with a JSON round trip."""
+"""Hyper-parameters of the Transformer as one dataclass (kept on disk by `run_dir`'s
+`config.json`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,27 +96,3 @@ class TransformerConfig:
 
     def replace(self, **changes) -> TransformerConfig:
         return dataclasses.replace(self, **changes)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> TransformerConfig:
-        return cls.from_dict(json.loads(text))
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: str | Path) -> TransformerConfig:
-        """Reads a JSON config file; errors name the file (and line, for bad JSON)."""
-        try:
-            values = json.loads(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: expected a JSON object of TransformerConfig fields")
-        try:
-            return cls.from_dict(values)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{path}: {error}") from error

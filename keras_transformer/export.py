@@ -22,7 +22,7 @@ from keras_transformer.inference.translator import (
     TOKENS_SIGNATURE,
     Translator,
 )
-from keras_transformer.training.run_dir import load_run
+from keras_transformer.run_dir import load_run
 
 log = logging.getLogger(__name__)
 

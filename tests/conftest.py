@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.settings import TrainingSettings
 from keras_transformer.text.data import ParallelCorpus
 from keras_transformer.text.demo_data import make_demo_corpus
-from keras_transformer.training.settings import TrainingSettings
 from keras_transformer.training.trainer import train
 
 # Numbers 0-99 in three templates each: small enough to fit in well under a minute on two busy

@@ -3,6 +3,8 @@ import json
 import pytest
 
 from keras_transformer import TransformerConfig
+from keras_transformer.run_dir import load_run_config, save_run_config
+from keras_transformer.settings import TrainingSettings
 
 
 def test_defaults_are_the_paper_base_model():
@@ -14,9 +16,9 @@ def test_defaults_are_the_paper_base_model():
 
 def test_json_round_trip(tmp_path):
     config = TransformerConfig(source_vocab_size=300, d_model=64, num_heads=4, norm_first=True)
-    assert TransformerConfig.from_json(config.to_json()) == config
-    config.save(tmp_path / "config.json")
-    assert TransformerConfig.load(tmp_path / "config.json") == config
+    assert TransformerConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    save_run_config(tmp_path / "config.json", config, TrainingSettings())
+    assert load_run_config(tmp_path / "config.json")[0] == config
 
 
 @pytest.mark.parametrize(
@@ -46,7 +48,7 @@ def test_bad_files_name_file_and_line(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('{\n  "d_model": 8,\n  oops\n}\n')
     with pytest.raises(ValueError, match=r"bad\.json:3: invalid JSON"):
-        TransformerConfig.load(path)
+        load_run_config(path)
     path.write_text(json.dumps({"num_heads": 3}))
     with pytest.raises(ValueError, match=r"bad\.json: .*num_heads \(3\)"):
-        TransformerConfig.load(path)
+        load_run_config(path)

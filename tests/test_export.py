@@ -15,7 +15,7 @@ from tensorflow_serving.apis import prediction_log_pb2
 from keras_transformer import export
 from keras_transformer.cli import main
 from keras_transformer.inference import Translator
-from keras_transformer.training.run_dir import load_run
+from keras_transformer.run_dir import load_run
 
 # Runs in a fresh interpreter: -I keeps the repository and PYTHONPATH off sys.path, and the finder
 # refuses project code even if the package is installed, so only TensorFlow and tensorflow-text

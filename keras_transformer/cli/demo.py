@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     from keras_transformer.config import TransformerConfig
     from keras_transformer.export import export_run
-    from keras_transformer.training.settings import TrainingSettings
+    from keras_transformer.settings import TrainingSettings
     from keras_transformer.training.trainer import train
     from serving.process import LocalServer
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from keras_transformer.training.settings import STRATEGIES
+from keras_transformer.settings import STRATEGIES
 
 # Model and schedule used without --config: trains on a CPU in minutes rather than days.
 CPU_DEFAULTS = {
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import sys
 
+    from keras_transformer.run_dir import load_run_config, split_values
     from keras_transformer.text.data import DataError
-    from keras_transformer.training.settings import load_run_config, split_values
     from keras_transformer.training.trainer import train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")

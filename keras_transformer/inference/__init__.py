@@ -1,15 +1,15 @@
 """Decoding with a trained Transformer (cached greedy and beam search) and the `Translator`
-module that exports it with its tokenizers."""
+module that exports it with its tokenizers. Names are imported on first use."""
 
-from keras_transformer.inference.decoding import DEFAULT_EXTRA_LENGTH, SequenceDecoder
-from keras_transformer.inference.search import beam_search, greedy_search, length_penalty
-from keras_transformer.inference.translator import Translator
+from keras_transformer._lazy import lazy_attributes
 
-__all__ = [
-    "DEFAULT_EXTRA_LENGTH",
-    "SequenceDecoder",
-    "Translator",
-    "beam_search",
-    "greedy_search",
-    "length_penalty",
-]
+_SOURCES = {
+    "DEFAULT_EXTRA_LENGTH": ".decoding",
+    "SequenceDecoder": ".decoding",
+    "Translator": ".translator",
+    "beam_search": ".search",
+    "greedy_search": ".search",
+    "length_penalty": ".search",
+}
+__all__ = sorted(_SOURCES)
+__getattr__ = lazy_attributes(__name__, _SOURCES)

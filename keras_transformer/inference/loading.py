@@ -17,7 +17,7 @@ from keras_transformer.inference.translator import (
     SERVING_SIGNATURE,
     Translator,
 )
-from keras_transformer.training.run_dir import load_run
+from keras_transformer.run_dir import RunPaths, load_run
 
 DEFAULT_BEAM_WIDTH = 4
 DEFAULT_ALPHA = 0.6
@@ -57,10 +57,6 @@ class CrossAttention:
     target_pieces: list[str]
 
 
-def _is_run_dir(path: Path) -> bool:
-    return (path / "config.json").is_file() and (path / "model.keras").is_file()
-
-
 class LocalTranslator:
     """Translates with a model on this machine.
 
@@ -89,7 +85,7 @@ class LocalTranslator:
     ):
         path = Path(path)
         self.batch_size = batch_size
-        if _is_run_dir(path):
+        if RunPaths(path).has_model():
             run = load_run(path, compile=False)
             # Kept on self: a tf.function method holds only a weak reference to its instance.
             self._translator = translator = Translator(

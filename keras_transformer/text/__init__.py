@@ -1,44 +1,28 @@
-"""Text side: WordPiece tokenizers (tensorflow-text), corpora, `tf.data` pipelines, demo data."""
+"""Text side: WordPiece tokenizers (tensorflow-text), corpora, `tf.data` pipelines, demo data.
 
-from keras_transformer.text.data import (
-    DataError,
-    ParallelCorpus,
-    make_dataset,
-    padding_fraction,
-    read_parallel_files,
-    read_tsv,
-)
-from keras_transformer.text.demo_data import (
-    demo_vocabularies,
-    english_number,
-    german_number,
-    make_demo_corpus,
-    write_demo_files,
-)
-from keras_transformer.text.tokenizer import RESERVED_TOKENS, SubwordTokenizer
-from keras_transformer.text.vocabulary import (
-    build_tokenizers,
-    build_vocabulary,
-    load_tokenizers,
-    tokenizers_from_vocabularies,
-)
+Names are imported on first use: loading a tokenizer does not import the vocabulary learner.
+"""
 
-__all__ = [
-    "RESERVED_TOKENS",
-    "DataError",
-    "ParallelCorpus",
-    "SubwordTokenizer",
-    "build_tokenizers",
-    "build_vocabulary",
-    "demo_vocabularies",
-    "english_number",
-    "german_number",
-    "load_tokenizers",
-    "make_dataset",
-    "make_demo_corpus",
-    "padding_fraction",
-    "read_parallel_files",
-    "read_tsv",
-    "tokenizers_from_vocabularies",
-    "write_demo_files",
-]
+from keras_transformer._lazy import lazy_attributes
+
+_SOURCES = {
+    "RESERVED_TOKENS": ".tokenizer",
+    "DataError": ".data",
+    "ParallelCorpus": ".data",
+    "SubwordTokenizer": ".tokenizer",
+    "build_tokenizers": ".vocabulary",
+    "build_vocabulary": ".vocabulary",
+    "demo_vocabularies": ".demo_data",
+    "english_number": ".demo_data",
+    "german_number": ".demo_data",
+    "load_tokenizers": ".tokenizer_pair",
+    "make_dataset": ".data",
+    "make_demo_corpus": ".demo_data",
+    "padding_fraction": ".data",
+    "read_parallel_files": ".data",
+    "read_tsv": ".data",
+    "tokenizers_from_vocabularies": ".tokenizer_pair",
+    "write_demo_files": ".demo_data",
+}
+__all__ = sorted(_SOURCES)
+__getattr__ = lazy_attributes(__name__, _SOURCES)

@@ -6,7 +6,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as vocab_builder
@@ -17,11 +16,11 @@ from keras_transformer.text.tokenizer import (
     SubwordTokenizer,
     normalize_text,
 )
+from keras_transformer.text.tokenizer_pair import tokenizers_from_vocabularies
 
 # The builder counts words in a Python loop over the data set's elements; feeding it batches of
 # sentences instead of single ones makes that loop far shorter.
 _COUNT_BATCH = 1024
-_SHARED, _SOURCE, _TARGET = "shared", "source", "target"
 
 
 def build_vocabulary(
@@ -131,61 +130,4 @@ def build_tokenizers(
         build_vocabulary(corpus.sources, name=source_name, **options),
         build_vocabulary(corpus.targets, name=target_name, **options),
         lower_case=lower_case,
-    )
-
-
-def tokenizers_from_vocabularies(
-    directory: str | os.PathLike,
-    source_tokens: list[str],
-    target_tokens: list[str] | None,
-    *,
-    lower_case: bool = False,
-) -> tuple[SubwordTokenizer, SubwordTokenizer]:
-    """Saves vocabularies in the layout `load_tokenizers` reads and returns the tokenizers.
-
-    Args:
-        directory: Where to save (created if missing).
-        source_tokens: Source vocabulary, or the shared one.
-        target_tokens: Target vocabulary; `None` shares `source_tokens` between both sides.
-        lower_case: Whether the vocabularies were built from lower-cased text.
-
-    Returns:
-        `(source_tokenizer, target_tokenizer)`; the same object twice when shared.
-    """
-    directory = Path(directory)
-    if target_tokens is None:
-        tokenizer = SubwordTokenizer.from_tokens(
-            source_tokens, directory / _SHARED, lower_case=lower_case, name=_SHARED
-        )
-        return tokenizer, tokenizer
-    return (
-        SubwordTokenizer.from_tokens(
-            source_tokens, directory / _SOURCE, lower_case=lower_case, name=_SOURCE
-        ),
-        SubwordTokenizer.from_tokens(
-            target_tokens, directory / _TARGET, lower_case=lower_case, name=_TARGET
-        ),
-    )
-
-
-def load_tokenizers(directory: str | os.PathLike) -> tuple[SubwordTokenizer, SubwordTokenizer]:
-    """Loads the pair written by `build_tokenizers`.
-
-    Returns:
-        `(source_tokenizer, target_tokenizer)`; the same object twice for a shared vocabulary.
-
-    Raises:
-        ValueError: If `directory` holds both a shared and a per-language vocabulary.
-    """
-    directory = Path(directory)
-    if (directory / _SHARED).is_dir() and (directory / _SOURCE).is_dir():
-        raise ValueError(
-            f"{directory} holds both '{_SHARED}/' and '{_SOURCE}/' tokenizers; remove one"
-        )
-    if (directory / _SHARED).is_dir():
-        tokenizer = SubwordTokenizer.load(directory / _SHARED, name=_SHARED)
-        return tokenizer, tokenizer
-    return (
-        SubwordTokenizer.load(directory / _SOURCE, name=_SOURCE),
-        SubwordTokenizer.load(directory / _TARGET, name=_TARGET),
     )

@@ -1,20 +1,18 @@
-"""Training the Transformer with `model.fit`: losses, metrics, schedule, settings, run directory."""
+"""Training the Transformer with `model.fit`: losses, metrics, schedule, callbacks, `train()`.
 
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
-from keras_transformer.training.metrics import MaskedAccuracy
-from keras_transformer.training.run_dir import Run, RunPaths, load_run
-from keras_transformer.training.schedules import TransformerSchedule
-from keras_transformer.training.settings import TrainingSettings, load_run_config
-from keras_transformer.training.trainer import train
+Names are imported on first use, so that importing one light module of this package (the
+schedule, say) does not load the trainer, the vocabulary learner or matplotlib.
+"""
 
-__all__ = [
-    "MaskedAccuracy",
-    "MaskedSparseCategoricalCrossentropy",
-    "Run",
-    "RunPaths",
-    "TrainingSettings",
-    "TransformerSchedule",
-    "load_run",
-    "load_run_config",
-    "train",
-]
+from keras_transformer._lazy import lazy_attributes
+
+_SOURCES = {
+    "MaskedAccuracy": ".metrics",
+    "MaskedSparseCategoricalCrossentropy": ".losses",
+    "TrainingSettings": "..settings",
+    "TransformerSchedule": ".schedules",
+    "load_run": "..run_dir",
+    "train": ".trainer",
+}
+__all__ = sorted(_SOURCES)
+__getattr__ = lazy_attributes(__name__, _SOURCES)

@@ -14,6 +14,16 @@ import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_transformer
+from keras_transformer.run_dir import (
+    Run,
+    RunPaths,
+    load_run,
+    load_run_config,
+    load_run_tokenizers,
+    read_history,
+    save_run_config,
+)
+from keras_transformer.settings import TrainingSettings
 from keras_transformer.text.data import (
     ParallelCorpus,
     make_dataset,
@@ -22,7 +32,8 @@ from keras_transformer.text.data import (
 )
 from keras_transformer.text.demo_data import demo_vocabularies, make_demo_corpus
 from keras_transformer.text.tokenizer import SubwordTokenizer
-from keras_transformer.text.vocabulary import build_tokenizers, tokenizers_from_vocabularies
+from keras_transformer.text.tokenizer_pair import tokenizers_from_vocabularies
+from keras_transformer.text.vocabulary import build_tokenizers
 from keras_transformer.training.callbacks import (
     CheckpointAverage,
     HistoryWriter,
@@ -37,19 +48,7 @@ from keras_transformer.training.distribution import (
 )
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedAccuracy
-from keras_transformer.training.run_dir import (
-    Run,
-    RunPaths,
-    load_run,
-    load_run_tokenizers,
-    read_history,
-)
 from keras_transformer.training.schedules import TransformerSchedule
-from keras_transformer.training.settings import (
-    TrainingSettings,
-    load_run_config,
-    save_run_config,
-)
 
 # Settings that may change when an interrupted run is resumed; anything else would make the
 # backed-up weights or the vocabularies mean something else.

@@ -3,7 +3,7 @@
 import sacrebleu
 
 from keras_transformer.cli import main
-from keras_transformer.training.run_dir import load_run
+from keras_transformer.run_dir import load_run
 
 
 def score_lines(output: str, name: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 from keras_transformer.cli import main
 from keras_transformer.export import export_run
 from keras_transformer.inference.loading import find_saved_model
-from keras_transformer.training.run_dir import load_run
+from keras_transformer.run_dir import load_run
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from keras_transformer.text.demo_data import (
     write_demo_files,
 )
 from keras_transformer.text.tokenizer import RESERVED_TOKENS
-from keras_transformer.text.vocabulary import tokenizers_from_vocabularies
+from keras_transformer.text.tokenizer_pair import tokenizers_from_vocabularies
 
 # Spelled out by hand from the rules: "und" joins units before tens, "eins" becomes "ein" inside
 # a compound, 16 and 17 drop letters ("sechzehn", "siebzehn"), 30 is "dreißig".

@@ -7,12 +7,8 @@ import tensorflow as tf
 
 from keras_transformer.text.data import ParallelCorpus
 from keras_transformer.text.tokenizer import RESERVED_TOKENS
-from keras_transformer.text.vocabulary import (
-    build_tokenizers,
-    build_vocabulary,
-    load_tokenizers,
-    tokenizers_from_vocabularies,
-)
+from keras_transformer.text.tokenizer_pair import load_tokenizers, tokenizers_from_vocabularies
+from keras_transformer.text.vocabulary import build_tokenizers, build_vocabulary
 
 MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 

@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.run_dir import save_run_config
+from keras_transformer.settings import TrainingSettings
 from keras_transformer.training.distribution import is_chief, make_strategy, worker_name
-from keras_transformer.training.settings import TrainingSettings, save_run_config
 from keras_transformer.training.trainer import train
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,8 @@ def test_mirrored_over_two_cpus_matches_one_device(setup):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        from keras_transformer.training import load_run_config, train
+        from keras_transformer.run_dir import load_run_config
+        from keras_transformer.training import train
         from keras_transformer.training.distribution import make_strategy
         print("DEVICES", json.dumps(make_strategy("mirrored").extended.worker_devices))
         config, settings = load_run_config({str(config_path)!r})

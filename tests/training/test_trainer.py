@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.run_dir import RunPaths, load_run
+from keras_transformer.settings import TrainingSettings
 from keras_transformer.text.data import ParallelCorpus
-from keras_transformer.training.run_dir import RunPaths, load_run
-from keras_transformer.training.settings import TrainingSettings
 from keras_transformer.training.trainer import dtype_policy, hold_out, pad_to_multiple, train
 
 

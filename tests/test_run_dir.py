@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from keras_transformer.training.run_dir import RunPaths, load_run
+from keras_transformer.run_dir import RunPaths, load_run
 
 
 # Bucketed data has no known length: Keras warns when `evaluate` finds its end.

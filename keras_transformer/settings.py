@@ -1,17 +1,12 @@
-"""Training settings, and the flat JSON file that holds them next to the model's hyper-parameters.
+"""Training settings: everything about a run that is not the model's shape.
 
-One JSON object configures a run: `TransformerConfig`'s field names plus `TrainingSettings`'
-field names, side by side. The run directory's `config.json` is the same format, written with
-exactly what the run used, so it can be passed back with `--config` to repeat the run.
+`run_dir.load_run_config` / `save_run_config` keep them, with `TransformerConfig`'s fields, in
+one flat JSON object (the run directory's `config.json`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
-
-from keras_transformer.config import TransformerConfig
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -117,82 +112,3 @@ def _check_positive_int(name: str, value) -> None:
 def _check_positive_number(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(TransformerConfig))
-SETTINGS_FIELDS = frozenset(field.name for field in dataclasses.fields(TrainingSettings))
-
-
-def split_values(
-    values: dict,
-    config: TransformerConfig | None = None,
-    settings: TrainingSettings | None = None,
-) -> tuple[TransformerConfig, TrainingSettings]:
-    """Builds a config and settings from one flat dict of their field names.
-
-    Args:
-        values: `TransformerConfig` and `TrainingSettings` fields, mixed.
-        config: defaults for the config fields not in `values`.
-        settings: defaults for the settings fields not in `values`.
-
-    Returns:
-        `(config, settings)`.
-
-    Raises:
-        ValueError: naming the first unknown key, or the field whose value is bad.
-    """
-    unknown = sorted(set(values) - CONFIG_FIELDS - SETTINGS_FIELDS)
-    if unknown:
-        raise ValueError(
-            f"unknown key {unknown[0]!r} (neither a TransformerConfig field nor a training "
-            "setting)"
-        )
-    config_values = {key: value for key, value in values.items() if key in CONFIG_FIELDS}
-    settings_values = {key: value for key, value in values.items() if key in SETTINGS_FIELDS}
-    config = (config or TransformerConfig()).replace(**config_values)
-    try:
-        settings = (settings or TrainingSettings()).replace(**settings_values)
-    except ValueError as error:
-        raise ValueError(f"training setting {error}") from error
-    return config, settings
-
-
-def load_run_config(path: str | Path) -> tuple[TransformerConfig, TrainingSettings]:
-    """Reads a flat JSON run configuration; every error names the file and the key.
-
-    Args:
-        path: JSON object of `TransformerConfig` and `TrainingSettings` fields; missing ones
-            take their defaults.
-
-    Returns:
-        `(config, settings)`.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: `"<path>: ..."` for bad JSON (with its line), an unknown key, or a bad value.
-
-    Example:
-        >>> config, settings = load_run_config("runs/demo/config.json")
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such config file")
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a JSON object of config fields and training settings")
-    try:
-        return split_values(values)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{path}: {error}") from error
-
-
-def save_run_config(
-    path: str | Path, config: TransformerConfig, settings: TrainingSettings
-) -> None:
-    """Writes `config` and `settings` as one flat, sorted JSON object (what `load_run_config`
-    reads)."""
-    values = {**config.to_dict(), **settings.to_dict()}
-    Path(path).write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")

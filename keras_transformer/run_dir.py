@@ -1,4 +1,9 @@
-"""The run directory: what a training run leaves behind, and `load_run` to read it back.
+"""The run directory: what a training run leaves behind, its `config.json` format, and
+`load_run` to read it back. Training writes it; evaluation, export and loading read it.
+
+`config.json` is one flat JSON object: `TransformerConfig`'s field names plus `TrainingSettings`'
+field names, side by side, written with exactly what the run used, so it can be passed back with
+`--config` to repeat the run. It is the only JSON format of hyper-parameters.
 
 Layout:
 
@@ -21,9 +26,9 @@ from pathlib import Path
 import keras
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.settings import TrainingSettings
 from keras_transformer.text.tokenizer import SubwordTokenizer
-from keras_transformer.text.vocabulary import load_tokenizers
-from keras_transformer.training.settings import TrainingSettings, load_run_config
+from keras_transformer.text.tokenizer_pair import load_tokenizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +68,89 @@ class RunPaths:
     @property
     def backup(self) -> Path:
         return self.root / "backup"
+
+    def has_model(self) -> bool:
+        """Whether this is a run directory with a saved model (`config.json` + `model.keras`)."""
+        return self.config.is_file() and self.model.is_file()
+
+
+CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(TransformerConfig))
+SETTINGS_FIELDS = frozenset(field.name for field in dataclasses.fields(TrainingSettings))
+
+
+def split_values(
+    values: dict,
+    config: TransformerConfig | None = None,
+    settings: TrainingSettings | None = None,
+) -> tuple[TransformerConfig, TrainingSettings]:
+    """Builds a config and settings from one flat dict of their field names.
+
+    Args:
+        values: `TransformerConfig` and `TrainingSettings` fields, mixed.
+        config: defaults for the config fields not in `values`.
+        settings: defaults for the settings fields not in `values`.
+
+    Returns:
+        `(config, settings)`.
+
+    Raises:
+        ValueError: naming the first unknown key, or the field whose value is bad.
+    """
+    unknown = sorted(set(values) - CONFIG_FIELDS - SETTINGS_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"unknown key {unknown[0]!r} (neither a TransformerConfig field nor a training "
+            "setting)"
+        )
+    config_values = {key: value for key, value in values.items() if key in CONFIG_FIELDS}
+    settings_values = {key: value for key, value in values.items() if key in SETTINGS_FIELDS}
+    config = (config or TransformerConfig()).replace(**config_values)
+    try:
+        settings = (settings or TrainingSettings()).replace(**settings_values)
+    except ValueError as error:
+        raise ValueError(f"training setting {error}") from error
+    return config, settings
+
+
+def load_run_config(path: str | Path) -> tuple[TransformerConfig, TrainingSettings]:
+    """Reads a flat JSON run configuration; every error names the file and the key.
+
+    Args:
+        path: JSON object of `TransformerConfig` and `TrainingSettings` fields; missing ones
+            take their defaults.
+
+    Returns:
+        `(config, settings)`.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: `"<path>: ..."` for bad JSON (with its line), an unknown key, or a bad value.
+
+    Example:
+        >>> config, settings = load_run_config("runs/demo/config.json")
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such config file")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected a JSON object of config fields and training settings")
+    try:
+        return split_values(values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: {error}") from error
+
+
+def save_run_config(
+    path: str | Path, config: TransformerConfig, settings: TrainingSettings
+) -> None:
+    """Writes `config` and `settings` as one flat, sorted JSON object (what `load_run_config`
+    reads)."""
+    values = {**config.to_dict(), **settings.to_dict()}
+    Path(path).write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.training.settings import (
-    TrainingSettings,
-    load_run_config,
-    save_run_config,
-    split_values,
-)
+from keras_transformer.run_dir import load_run_config, save_run_config, split_values
+from keras_transformer.settings import TrainingSettings
 
 
 def test_round_trip_through_one_flat_file(tmp_path):
@@ -75,7 +71,7 @@ def test_missing_file_is_named(tmp_path):
 
 
 def test_shipped_multi30k_config_is_the_benchmarked_recipe():
-    path = Path(__file__).resolve().parents[2] / "configs" / "multi30k_60min.json"
+    path = Path(__file__).resolve().parents[1] / "configs" / "multi30k_60min.json"
     config, settings = load_run_config(path)
     assert (config.d_model, config.num_encoder_layers, config.num_decoder_layers) == (128, 3, 3)
     assert config.share_embeddings and config.tie_output_embedding and settings.shared_vocab
