@@ -94,5 +94,19 @@ class TransformerConfig:
             raise ValueError(f"unknown TransformerConfig field(s): {', '.join(unknown)}")
         return cls(**values)
 
+    @classmethod
+    def from_preset(cls, name: str) -> TransformerConfig:
+        """The model of a named preset: "transformer_base", "transformer_big" (the paper's table 3,
+        37,000-piece shared vocabulary) or "multi30k_small" (see `presets.PRESETS`).
+
+        Example:
+            >>> TransformerConfig.from_preset("transformer_big").d_model
+            1024
+        """
+        from keras_transformer.presets import preset_values
+
+        fields = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in preset_values(name).items() if key in fields})
+
     def replace(self, **changes) -> TransformerConfig:
         return dataclasses.replace(self, **changes)
