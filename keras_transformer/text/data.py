@@ -165,7 +165,7 @@ def make_dataset(
     *,
     batch_size: int = 64,
     max_length: int = 64,
-    tokens_per_batch: int | None = None,
+    batch_tokens: int | None = None,
     bucket_width: int | None = 4,
     shuffle: bool = True,
     seed: int = 0,
@@ -187,7 +187,7 @@ def make_dataset(
         batch_size: Sentences per batch.
         max_length: Sources are cut to `max_length` tokens, targets to `max_length - 1` so that
             `target_tokens` and `labels` have at most `max_length`.
-        tokens_per_batch: If set, replaces `batch_size`: each batch holds as many sentences as
+        batch_tokens: If set, replaces `batch_size`: each batch holds as many sentences as
             fit this many (padded) tokens per sequence tensor.
         bucket_width: Batch pairs whose lengths fall in the same window of this many tokens,
             which cuts padding; `None` batches pairs in (shuffled) order, each batch padded to
@@ -205,16 +205,16 @@ def make_dataset(
         ValueError: On non-positive sizes.
     """
     for label, value in (("batch_size", batch_size), ("max_length", max_length),
-                         ("tokens_per_batch", tokens_per_batch), ("bucket_width", bucket_width)):
+                         ("batch_tokens", batch_tokens), ("bucket_width", bucket_width)):
         if value is not None and value < 1:
             raise ValueError(f"{label} must be positive, got {value}")
     if max_length < 2:
         raise ValueError(f"max_length must leave room for [START]/[END], got {max_length}")
 
     def sentences_per_batch(padded_length: int) -> int:
-        if tokens_per_batch is None:
+        if batch_tokens is None:
             return batch_size
-        return max(1, tokens_per_batch // padded_length)
+        return max(1, batch_tokens // padded_length)
 
     dataset = tf.data.Dataset.from_tensor_slices((corpus.sources, corpus.targets))
     if shuffle:

@@ -139,7 +139,7 @@ def test_long_pairs_are_trimmed_to_max_length(letters):
 
 
 @pytest.mark.parametrize("options", [
-    {}, {"bucket_width": None}, {"tokens_per_batch": 64}, {"pad_to_max_length": True},
+    {}, {"bucket_width": None}, {"batch_tokens": 64}, {"pad_to_max_length": True},
 ])
 def test_every_batch_shifts_targets_consistently(letters, options):
     corpus = _random_corpus(60)
@@ -180,9 +180,9 @@ def test_padding_fraction_counts_pad_positions(letters):
     assert padding_fraction(dataset) == pytest.approx(4 / 14)
 
 
-def test_tokens_per_batch_bounds_the_padded_batch(letters):
+def test_batch_tokens_bounds_the_padded_batch(letters):
     corpus = _random_corpus(200)
-    dataset = make_dataset(corpus, letters, letters, tokens_per_batch=96, max_length=40)
+    dataset = make_dataset(corpus, letters, letters, batch_tokens=96, max_length=40)
     sizes = []
     for inputs, labels in dataset:
         for tokens in (inputs["source_tokens"], inputs["target_tokens"], labels):
@@ -217,7 +217,7 @@ def test_shuffle_is_seeded_and_keeps_every_pair(letters):
     )
 
 
-@pytest.mark.parametrize("option", ["batch_size", "max_length", "tokens_per_batch",
+@pytest.mark.parametrize("option", ["batch_size", "max_length", "batch_tokens",
                                     "bucket_width"])
 def test_non_positive_sizes_are_rejected(letters, option):
     corpus = ParallelCorpus(["a"], ["b"])
