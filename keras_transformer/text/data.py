@@ -8,6 +8,7 @@ unusable (empty or over-long pairs are skipped and counted in a log message).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Iterable
@@ -15,13 +16,16 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from keras_transformer.text.batching import plan_batches
 from keras_transformer.text.tokenizer import SubwordTokenizer
 
 logger = logging.getLogger(__name__)
 
 _BOM = b"\xef\xbb\xbf"
 # Sentences are tokenized in chunks: one tokenizer call per chunk is far cheaper than per pair.
-_TOKENIZE_CHUNK = 256
+_TOKENIZE_CHUNK = 1024
+# Pairs sorted into batches together; see `make_dataset`'s `pool_size`.
+_POOL_SIZE = 16_384
 
 
 class DataError(ValueError):
@@ -159,18 +163,19 @@ def _usable_pairs(
 
 
 def make_dataset(
-    corpus: ParallelCorpus,
+    pairs: ParallelCorpus | tf.data.Dataset,
     source_tokenizer: SubwordTokenizer,
     target_tokenizer: SubwordTokenizer,
     *,
     batch_size: int = 64,
-    max_length: int = 64,
     batch_tokens: int | None = None,
+    max_length: int = 64,
     bucket_width: int | None = 4,
     shuffle: bool = True,
     seed: int = 0,
     drop_remainder: bool = False,
     pad_to_max_length: bool = False,
+    pool_size: int = _POOL_SIZE,
 ) -> tf.data.Dataset:
     """Builds the training (or evaluation) pipeline: tokenize, trim, shift, bucket, batch.
 
@@ -180,98 +185,185 @@ def make_dataset(
     `y + [END]`: the same length, labels never contain `[START]`, the decoder input never `[END]`.
     Sources carry no `[START]`/`[END]`, matching `SubwordTokenizer.tokenize` at inference.
 
+    Pairs are tokenized in chunks of `_TOKENIZE_CHUNK`, several chunks in parallel. With
+    bucketing, `pool_size` pairs at a time are sorted by length and cut into batches with
+    whole-tensor ops (`batching.plan_batches`); nothing runs per sentence pair.
+
     Args:
-        corpus: Sentence pairs.
+        pairs: Sentence pairs: a `ParallelCorpus`, or a `tf.data.Dataset` of `(source, target)`
+            scalar `tf.string` pairs (e.g. from a streaming reader, which shuffles them itself).
         source_tokenizer: Tokenizer of the source language.
         target_tokenizer: Tokenizer of the target language.
         batch_size: Sentences per batch.
+        batch_tokens: If set, replaces `batch_size`: each batch holds as many sentences as fit
+            this many target tokens, padding included (with bucketing at its longest pair's
+            length, without at `max_length`). Sources are held to the same bound, so no
+            sequence tensor of a batch has more than `batch_tokens` elements.
         max_length: Sources are cut to `max_length` tokens, targets to `max_length - 1` so that
             `target_tokens` and `labels` have at most `max_length`.
-        batch_tokens: If set, replaces `batch_size`: each batch holds as many sentences as
-            fit this many (padded) tokens per sequence tensor.
-        bucket_width: Batch pairs whose lengths fall in the same window of this many tokens,
-            which cuts padding; `None` batches pairs in (shuffled) order, each batch padded to
-            its longest pair.
-        shuffle: Shuffle the pairs (the whole corpus, reshuffled every epoch).
+        bucket_width: Batch pairs whose lengths (the longer of source and target) differ by
+            less than this, which cuts padding: each pool is sorted by length (pairs of equal
+            length in their incoming, e.g. shuffled, order) and cut into batches from the
+            shortest. `None` batches pairs in their incoming order, each batch padded to its
+            longest pair.
+        shuffle: For a `ParallelCorpus`, shuffle the pairs (the whole corpus, reshuffled every
+            epoch). With bucketing, also shuffle the order of the batches cut from each pool
+            (for a dataset, this is the only shuffling done here).
         seed: Shuffle seed.
-        drop_remainder: Drop incomplete batches, so the batch dimension is static.
-        pad_to_max_length: Pad every batch to `max_length` (fully static shapes, no bucketing),
-            e.g. for TPUs.
+        drop_remainder: Drop incomplete batches: under `batch_size` sentences, or with
+            `batch_tokens` when the next sentence would still have fit. Without `batch_tokens`
+            or bucketing, the batch dimension becomes static.
+        pad_to_max_length: Pad every batch to `max_length` (fully static shapes with
+            `drop_remainder`, no bucketing), e.g. for TPUs.
+        pool_size: Pairs sorted into batches together when bucketing. Bigger pools pad less
+            and shuffle batches more widely, at the cost of memory and of the time before the
+            first batch.
 
     Returns:
         A prefetched `tf.data.Dataset`.
 
     Raises:
         ValueError: On non-positive sizes.
+        TypeError: If `pairs` is neither a `ParallelCorpus` nor a dataset of string pairs.
     """
     for label, value in (("batch_size", batch_size), ("max_length", max_length),
-                         ("batch_tokens", batch_tokens), ("bucket_width", bucket_width)):
+                         ("batch_tokens", batch_tokens), ("bucket_width", bucket_width),
+                         ("pool_size", pool_size)):
         if value is not None and value < 1:
             raise ValueError(f"{label} must be positive, got {value}")
     if max_length < 2:
         raise ValueError(f"max_length must leave room for [START]/[END], got {max_length}")
+    if pad_to_max_length:
+        bucket_width = None
 
-    def sentences_per_batch(padded_length: int) -> int:
-        if batch_tokens is None:
-            return batch_size
-        return max(1, batch_tokens // padded_length)
+    if bucket_width is None:
+        # One chunk is one pool: a whole number of batches, so that only the last one of the
+        # data can be incomplete.
+        full_size = batch_size if batch_tokens is None else max(1, batch_tokens // max_length)
+        chunk = full_size * max(1, _TOKENIZE_CHUNK // full_size)
+        chunks_per_pool = 1
+    else:
+        full_size = None if batch_tokens is not None else batch_size
+        chunk = min(_TOKENIZE_CHUNK, pool_size)
+        chunks_per_pool = max(1, pool_size // chunk)
 
-    dataset = tf.data.Dataset.from_tensor_slices((corpus.sources, corpus.targets))
-    if shuffle:
-        dataset = dataset.shuffle(len(corpus), seed=seed, reshuffle_each_iteration=True)
-    dataset = (
-        dataset.batch(_TOKENIZE_CHUNK)
+    tokenize = _tokenize_and_trim(source_tokenizer, target_tokenizer, max_length)
+    if isinstance(pairs, ParallelCorpus):
+        strings = _corpus_chunks(pairs, chunk, shuffle=shuffle, seed=seed)
+    else:
+        strings = _checked_pair_dataset(pairs).batch(chunk)
+    pools = strings.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    if chunks_per_pool > 1:
+        pools = pools.batch(chunks_per_pool).map(
+            lambda sources, targets: (sources.merge_dims(0, 1), targets.merge_dims(0, 1))
+        )
+    shuffle_batches = shuffle and bucket_width is not None
+    if shuffle_batches:
+        # One fresh random number per pool and epoch (and the same ones for the same seed)
+        # seeds the stateless shuffle of that pool's batches.
+        pools = tf.data.Dataset.zip(
+            pools, tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+        )
+    plan = functools.partial(
+        plan_batches, batch_size=batch_size, batch_tokens=batch_tokens,
+        bucket_width=bucket_width, max_length=max_length, drop_remainder=drop_remainder,
+    )
+
+    def cut_pool(pool, random=None):
+        sources, targets = pool
+        lengths = tf.maximum(sources.row_lengths(), targets.row_lengths() + 1)
+        shuffle_seed = None if random is None else tf.stack([random, 1])
+        order, row_splits = plan(lengths, shuffle_seed=shuffle_seed)
+        return tuple(
+            tf.RaggedTensor.from_row_splits(tf.gather(side, order), row_splits)
+            for side in (sources, targets)
+        )
+
+    batches = (
+        pools.map(cut_pool if shuffle_batches else lambda *pool: cut_pool(pool))
+        # The next pool is tokenized and cut while this one's batches are handed out.
+        .prefetch(1)
+        .flat_map(lambda sources, targets: tf.data.Dataset.from_tensor_slices((sources, targets)))
         .map(
-            _tokenize_and_shift(source_tokenizer, target_tokenizer, max_length),
+            _model_inputs(target_tokenizer, max_length if pad_to_max_length else None,
+                          full_size if drop_remainder else None),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
-        .unbatch()
-        # Unbatched rows of a ragged tensor come out typed as rank-0 ragged tensors; passing them
-        # through a map turns them into the plain tensors that `padded_batch` requires.
-        .map(lambda inputs, labels: (inputs, labels))
     )
-    if pad_to_max_length:
-        shapes = ({"source_tokens": [max_length], "target_tokens": [max_length]}, [max_length])
-        dataset = dataset.padded_batch(
-            sentences_per_batch(max_length), padded_shapes=shapes, drop_remainder=drop_remainder
-        )
-    elif bucket_width is None:
-        dataset = dataset.padded_batch(
-            sentences_per_batch(max_length), drop_remainder=drop_remainder
-        )
-    else:
-        # Bucket i holds lengths in [boundaries[i-1], boundaries[i]); the last one ends at
-        # max_length, which the trimming above guarantees.
-        boundaries = list(range(bucket_width + 1, max_length + 1, bucket_width))
-        longest = [boundary - 1 for boundary in boundaries] + [max_length]
-        dataset = dataset.bucket_by_sequence_length(
-            element_length_func=_pair_length,
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=[sentences_per_batch(length) for length in longest],
-            drop_remainder=drop_remainder,
-        )
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return batches.prefetch(tf.data.AUTOTUNE)
 
 
-def _tokenize_and_shift(
+def _corpus_chunks(
+    corpus: ParallelCorpus, chunk: int, *, shuffle: bool, seed: int
+) -> tf.data.Dataset:
+    """The corpus as consecutive `(sources, targets)` chunks, optionally in a random order.
+
+    The whole corpus is permuted with one gather per chunk (a fresh permutation every epoch)
+    instead of `Dataset.shuffle`, which handles every pair on its own.
+    """
+    sources, targets = tf.constant(corpus.sources), tf.constant(corpus.targets)
+    starts = tf.data.Dataset.range(0, len(corpus), chunk)
+    if not shuffle:
+        return starts.map(lambda start: (sources[start : start + chunk],
+                                         targets[start : start + chunk]))
+
+    def permuted_chunks(random: tf.Tensor) -> tf.data.Dataset:
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(len(corpus), dtype=tf.int64), seed=tf.stack([random, 0])
+        )
+        return starts.map(lambda start: (tf.gather(sources, order[start : start + chunk]),
+                                         tf.gather(targets, order[start : start + chunk])))
+
+    # One random number per epoch (the same ones for the same seed) picks the permutation.
+    epoch_random = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1)
+    return epoch_random.flat_map(permuted_chunks)
+
+
+def _checked_pair_dataset(pairs: tf.data.Dataset) -> tf.data.Dataset:
+    expected = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.string))
+    spec = getattr(pairs, "element_spec", None)
+    if not isinstance(pairs, tf.data.Dataset) or not (
+        isinstance(spec, tuple) and len(spec) == 2
+        and all(s.is_compatible_with(e) for s, e in zip(spec, expected, strict=True))
+    ):
+        raise TypeError(
+            "pairs must be a ParallelCorpus or a tf.data.Dataset of (source, target) scalar "
+            f"tf.string pairs, got {spec if spec is not None else type(pairs).__name__}"
+        )
+    return pairs
+
+
+def _tokenize_and_trim(
     source_tokenizer: SubwordTokenizer, target_tokenizer: SubwordTokenizer, max_length: int
 ):
-    """Returns the map function from a chunk of string pairs to model inputs and labels."""
+    """Returns the map function from a chunk of string pairs to trimmed ragged token ids."""
+
+    def tokenize_and_trim(sources: tf.Tensor, targets: tf.Tensor):
+        # Targets leave one position for [START] (decoder input) or [END] (labels).
+        return (source_tokenizer.tokenize(sources)[:, :max_length],
+                target_tokenizer.tokenize(targets)[:, : max_length - 1])
+
+    return tokenize_and_trim
+
+
+def _model_inputs(target_tokenizer: SubwordTokenizer, width: int | None, rows: int | None):
+    """Returns the map function from one batch of ragged ids to padded, shifted model inputs."""
     start_id, end_id = target_tokenizer.start_id, target_tokenizer.end_id
 
-    def tokenize_and_shift(sources: tf.Tensor, targets: tf.Tensor):
-        source_tokens = source_tokenizer.tokenize(sources)[:, :max_length]
-        target = target_tokenizer.tokenize(targets)[:, : max_length - 1]
-        column = tf.ones([target.nrows(), 1], tf.int64)
-        decoder_inputs = tf.concat([column * start_id, target], axis=1)
-        labels = tf.concat([target, column * end_id], axis=1)
-        return {"source_tokens": source_tokens, "target_tokens": decoder_inputs}, labels
+    def model_inputs(sources: tf.RaggedTensor, targets: tf.RaggedTensor):
+        sources = sources.to_tensor(shape=[rows, width])
+        target_lengths = targets.row_lengths()
+        targets = targets.to_tensor(shape=[rows, None if width is None else width - 1])
+        start = tf.fill([tf.shape(targets)[0], 1], tf.constant(start_id, tf.int64))
+        decoder_inputs = tf.concat([start, targets], axis=1)
+        # [END] goes right after each target's last token, into the padding position there.
+        labels = tf.concat([targets, tf.zeros_like(start)], axis=1) + tf.one_hot(
+            target_lengths, tf.shape(decoder_inputs)[1], on_value=end_id, off_value=0,
+            dtype=tf.int64,
+        )
+        return {"source_tokens": sources, "target_tokens": decoder_inputs}, labels
 
-    return tokenize_and_shift
-
-
-def _pair_length(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
-    return tf.maximum(tf.shape(inputs["source_tokens"])[0], tf.shape(labels)[0])
+    return model_inputs
 
 
 def padding_fraction(dataset: tf.data.Dataset, *, pad_id: int = 0) -> float:
