@@ -39,7 +39,7 @@ from keras_transformer.text.tokenizer import (
 )
 from keras_transformer.text.tokenizer_pair import tokenizers_from_vocabularies
 
-CONTINUATION = "##"
+_CONTINUATION = "##"
 # Sentences per tensorflow-text call: large enough that op dispatch costs nothing, small enough
 # that a batch's words (about 1 MB of text) stay cheap to hold twice.
 _SPLIT_BATCH = 8192
@@ -98,14 +98,14 @@ def build_vocabulary(
         raise ValueError(f"cannot build a vocabulary ({name}) from no sentences")
     if not alphabet:
         raise ValueError(f"cannot build a vocabulary ({name}): its sentences hold no words")
-    progress.counted()
     characters = sorted(alphabet)
-    required = [*RESERVED_TOKENS, *characters, *(CONTINUATION + c for c in characters)]
+    required = [*RESERVED_TOKENS, *characters, *(_CONTINUATION + c for c in characters)]
     if len(required) > vocab_size:
         raise ValueError(
             f"vocab_size={vocab_size} is smaller than the {len(required)} reserved and "
             f"single-character tokens the {name} sentences need"
         )
+    progress.counted()
     tokens = _learn_pieces(texts, required, vocab_size, min_count)
     progress.done(time.perf_counter() - start, len(tokens))
     return tokens
@@ -148,7 +148,7 @@ def _learn_pieces(
         # Left to itself the trainer numbers "##" pieces in hash-map order, which breaks ties
         # between equally frequent merges differently from run to run.
         special_tokens=required,
-        continuing_subword_prefix=CONTINUATION,
+        continuing_subword_prefix=_CONTINUATION,
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer)

@@ -205,6 +205,18 @@ def test_learner_cuts_words_where_the_tensorflow_text_tokenizer_does(tmp_path):
     assert tokenizer.unk_id not in ids
 
 
+def test_words_the_tokenizer_cannot_look_up_are_not_learned(tmp_path):
+    # BertTokenizer reads a word of more than 100 UTF-8 bytes as [UNK], whatever the vocabulary.
+    fits, too_long = "Wort " + "ä" * 50, "Wort " + "ä" * 50 + "b"  # 100 and 101 bytes
+    tokens = build_vocabulary([fits], vocab_size=100, min_count=1)
+    assert "ä" in tokens and "##ä" in tokens
+    assert not {"ä", "b"} & set(build_vocabulary([too_long], vocab_size=100, min_count=1))
+    tokenizer = SubwordTokenizer.from_tokens([*tokens, "##b"], tmp_path)
+    (fitting,), (long,) = (tokenizer.tokenize(tf.constant([s])).to_list() for s in (fits, too_long))
+    assert tokenizer.unk_id not in fitting
+    assert long[-1] == tokenizer.unk_id
+
+
 def _read_lines(path, start=0, stop=None):
     with open(path, encoding="utf-8") as file:
         return [line.strip() for line in itertools.islice(file, start, stop)]
