@@ -7,6 +7,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from keras_transformer.training.accumulation import first_batch
+
 
 def make_strategy(name: str) -> tf.distribute.Strategy:
     """Creates the distribution strategy `name` ("default", "mirrored" or "multi_worker").
@@ -80,21 +82,31 @@ def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     return bool(strategy.reduce(tf.distribute.ReduceOp.MAX, value, axis=None).numpy() > 0)
 
 
-def patch_for_multi_worker(model, strategy: tf.distribute.Strategy) -> None:
-    """Works around two gaps of Keras 3's `fit` under `MultiWorkerMirroredStrategy`.
+def patch_for_strategy(model, strategy: tf.distribute.Strategy) -> None:
+    """Works around gaps of Keras 3's `fit` under `tf.distribute` strategies.
+
+    Call it after installing the model's train step (`TokenWeightedSteps.install`).
 
     1. Before the first step, `fit`/`evaluate` average one distributed data batch with
-       `strategy.reduce` just to learn its shapes; the multi-worker strategy cannot reduce a
-       nested batch (our dict of inputs, keras-team/keras#20329). The first local replica's
-       batch has the same shapes, so the model is built from that instead.
-    2. After every step the logs are averaged over workers with `reduce("MEAN", axis=0)`, which
-       rejects the scalar losses and metrics. The steps return them as shape `(1,)` instead, so
-       the same reduction yields the worker average as a scalar.
+       `strategy.reduce` just to learn its shapes and build the metrics. That fails for batches
+       that replicas split unevenly, for a group of accumulated batches (`group_batches`: not
+       what the model takes), and under `MultiWorkerMirroredStrategy`, which cannot reduce a
+       nested batch (keras-team/keras#20329). The first local replica's share of the (first)
+       batch has the right shapes, so the model is built from that instead.
+    2. Under `MultiWorkerMirroredStrategy`, after every step the logs are averaged over workers
+       with `reduce("MEAN", axis=0)`, which rejects the scalar losses and metrics. The steps
+       return them as shape `(1,)` instead, so the same reduction yields the worker average as
+       a scalar.
+
+    Nothing is changed for a single replica.
 
     Args:
         model: a compiled model created under `strategy.scope()`.
         strategy: its strategy.
     """
+    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    if strategy.num_replicas_in_sync == 1 and not multi_worker:
+        return
 
     def maybe_symbolic_build(iterator=None, data_batch=None):
         if iterator is not None:
@@ -104,7 +116,11 @@ def patch_for_multi_worker(model, strategy: tf.distribute.Strategy) -> None:
                 )
                 break
         with strategy.scope():
-            model._symbolic_build(data_batch=data_batch)
+            model._symbolic_build(data_batch=first_batch(data_batch))
+
+    model._maybe_symbolic_build = maybe_symbolic_build
+    if not multi_worker:
+        return
 
     def with_vector_logs(step):
         def vector_logs_step(data):
@@ -112,6 +128,5 @@ def patch_for_multi_worker(model, strategy: tf.distribute.Strategy) -> None:
 
         return vector_logs_step
 
-    model._maybe_symbolic_build = maybe_symbolic_build
     model.train_step = with_vector_logs(model.train_step)
     model.test_step = with_vector_logs(model.test_step)
