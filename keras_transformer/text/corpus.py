@@ -278,7 +278,7 @@ def sample_corpus(
     next_pick = count + skip(weight)
     counts = _Counts()
     for sources, targets, usable in _pair_blocks(files, max_words, counts):
-        usable_indices = np.flatnonzero(usable)
+        usable_indices = np.flatnonzero(usable).tolist()  # list indexing beats numpy's here
         for offset, index in enumerate(usable_indices[: count - len(reservoir)]):
             reservoir.append((seen + offset, sources[index], targets[index]))
         block_end = seen + len(usable_indices)
@@ -406,7 +406,8 @@ def _numbered_line_blocks(path: str) -> Iterator[tuple[int, list[str]]]:
     UTF-8 BOM is dropped: the lines of `data._read_lines`, up to that `\\r`.
     """
     number = 1
-    midline_returns: list[int] = []  # numbers of lines that TextLineDataset reads differently
+    # Lines that TextLineDataset reads differently: how many, and the first one's number.
+    midline_returns, first_midline_return = 0, None
     with _open(path) as stream:
         carry = b""
         at_start = True
@@ -427,7 +428,9 @@ def _numbered_line_blocks(path: str) -> Iterator[tuple[int, list[str]]]:
                 break
             lines = _decode(block, path, number).split("\n")
             if b"\r" in block:
-                midline_returns += _midline_returns(block, lines, number)
+                numbers = _midline_returns(block, lines, number)
+                midline_returns += len(numbers)
+                first_midline_return = first_midline_return or next(iter(numbers), None)
             yield number, lines
             number += len(lines)
             if not chunk:
@@ -436,7 +439,7 @@ def _numbered_line_blocks(path: str) -> Iterator[tuple[int, list[str]]]:
         logger.warning(
             "%s: %s lines (first: line %s) hold a carriage return between other characters, "
             "which tf.data.TextLineDataset drops: pair_dataset reads those lines without it",
-            path, f"{len(midline_returns):,}", midline_returns[0],
+            path, f"{midline_returns:,}", first_midline_return,
         )
 
 
