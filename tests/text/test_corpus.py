@@ -270,6 +270,7 @@ def test_worker_shards_are_disjoint_and_complete(shards, pattern, num_shards):
 # Shuffling.
 
 @needs_multi30k
+@pytest.mark.slow
 def test_shuffling_is_seeded_and_differs_per_epoch(shards):
     files = CorpusFiles(source=str(shards / "part-*.de*"), target=str(shards / "part-*.en*"))
     in_order = _pairs(pair_dataset(files))
