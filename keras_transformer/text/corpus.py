@@ -176,8 +176,8 @@ def pair_dataset(
         files: The corpus.
         max_words: See `scan_corpus`.
         shuffle_buffer: If set, pairs are shuffled through a buffer of this many pairs (which
-            bounds the memory), reshuffled every epoch, and so is the order of the files;
-            `None` reads in file order.
+            bounds the memory), reshuffled every epoch, and so is the order of the files (unless
+            workers split the pairs, see `num_shards`); `None` reads in file order.
         seed: Seed of both shuffles.
         num_shards: Number of workers sharing the corpus (multi-worker training).
         shard_index: This worker's share, in `[0, num_shards)`. With at least `num_shards`
@@ -205,15 +205,16 @@ def pair_dataset(
     if not 0 <= shard_index < num_shards:
         raise ValueError(f"shard_index must be in [0, {num_shards}), got {shard_index}")
     shards = files.shards()
-    by_file = len(shards) >= num_shards
-    if by_file:
+    by_pair = num_shards > 1 and len(shards) < num_shards
+    if not by_pair:
         shards = shards[shard_index::num_shards]
     shuffle = shuffle_buffer is not None
 
     paths = tf.data.Dataset.from_tensor_slices(
         tuple(list(column) for column in zip(*shards, strict=True))
     )
-    if shuffle:
+    # Workers that split the pairs must read them in one order; there are few files then anyway.
+    if shuffle and not by_pair:
         paths = paths.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
     read_shard = _read_tsv_shard if files.is_tsv else _read_parallel_shard
     if shuffle:  # reading several files at once mixes them
@@ -228,7 +229,7 @@ def pair_dataset(
     dataset = dataset.map(
         _usable_pairs_fn(max_words), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     ).unbatch()
-    if num_shards > 1 and not by_file:
+    if by_pair:
         dataset = dataset.shard(num_shards, shard_index)
     if shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)

@@ -243,7 +243,9 @@ def test_globs_and_gzip_read_as_one_plain_file(shards, small_chunks):
 
 
 @needs_multi30k
-@pytest.mark.parametrize("pattern, num_shards", [("part-*", 2), ("part-*", 3), ("whole", 3)])
+@pytest.mark.parametrize(
+    "pattern, num_shards", [("part-*", 2), ("part-*", 3), ("whole", 3), ("part-[ab]", 3)]
+)
 def test_worker_shards_are_disjoint_and_complete(shards, pattern, num_shards):
     files = CorpusFiles(
         source=str(shards / f"{pattern}.de*"), target=str(shards / f"{pattern}.en*")
@@ -260,6 +262,8 @@ def test_worker_shards_are_disjoint_and_complete(shards, pattern, num_shards):
     assert Counter(pair for share in pairs for pair in share) == Counter(everything)
     if pattern == "whole":  # every num_shards-th pair
         assert [len(share) for share in pairs] == [400, 400, 400]
+    elif pattern == "part-[ab]":  # 2 files for 3 workers: every num_shards-th of 700 pairs
+        assert [len(share) for share in pairs] == [234, 233, 233]
     else:  # every num_shards-th file of part-a (100 pairs), part-b (600) and part-c (500)
         expected = [600, 600] if num_shards == 2 else [100, 600, 500]
         assert [len(share) for share in pairs] == expected
