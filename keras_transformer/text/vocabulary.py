@@ -8,8 +8,9 @@ Learning is split between two libraries so that each does what it is good at:
   the tokenizer will look up: the same NFC composition and lower-casing, the same split on
   whitespace, punctuation, control characters and CJK characters.
 - Hugging Face `tokenizers` counts the words and learns the pieces (its WordPiece trainer, in
-  Rust, on all cores): about 50 times faster than tensorflow-text's Python vocabulary builder
-  on Multi30k, and it scales to millions of sentences.
+  Rust, on all cores). Measured side by side on 2 shared cores, Multi30k's 58,000 sentences
+  took 1.5 s against 141 s for tensorflow-text's Python vocabulary builder, and a million
+  sentences with 450,000 unique words take about a minute.
 
 The vocabulary is then a plain `vocab.txt` that `tensorflow_text.BertTokenizer` reads, so the
 exported SavedModel needs neither `tokenizers` nor any Python to tokenize.
@@ -78,7 +79,7 @@ def build_vocabulary(
 
     Returns:
         The tokens: `RESERVED_TOKENS` (ids 0-3), the characters, the same characters with `##`,
-        then the learned sub-words in the order they were merged (most frequent first).
+        then the learned sub-words in the order they were merged (most frequent pairs first).
 
     Raises:
         ValueError: If `sentences` holds no words, `min_count` is below 1, or `vocab_size`
