@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer.inference import SequenceDecoder
+from keras_transformer.inference.defaults import DEFAULT_BEAM_WIDTH
 
 START, END = 2, 3
 CONFIG = TransformerConfig(
@@ -59,7 +60,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="forced tokens (long run)")
     parser.add_argument("--short-tokens", type=int, default=16, help="forced tokens (short run)")
     parser.add_argument("--source-length", type=int, default=20, help="source tokens")
-    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--beam", type=int, default=DEFAULT_BEAM_WIDTH)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 

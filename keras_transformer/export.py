@@ -17,6 +17,7 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
 from keras_transformer.inference.translator import (
     SERVING_SIGNATURE,
     TOKENS_SIGNATURE,
@@ -99,6 +100,7 @@ def write_warmup_file(path: str | os.PathLike, logs: Sequence) -> None:
 def export_translator(
     translator: Translator,
     base_dir: str | os.PathLike,
+    *,
     version: int | None = None,
     warmup_sentences: Sequence[str] | None = None,
 ) -> Path:
@@ -144,9 +146,10 @@ def export_translator(
 def export_run(
     run_dir: str | os.PathLike,
     base_dir: str | os.PathLike,
+    *,
     version: int | None = None,
-    beam_width: int = 4,
-    alpha: float = 0.6,
+    beam_width: int = DEFAULT_BEAM_WIDTH,
+    alpha: float = DEFAULT_ALPHA,
     max_length: int | None = None,
     warmup_sentences: Sequence[str] | None = None,
 ) -> Path:
@@ -163,6 +166,13 @@ def export_run(
     """
     run = load_run(run_dir, compile=False)
     translator = Translator(
-        run.model, run.source_tokenizer, run.target_tokenizer, beam_width, alpha, max_length
+        run.model,
+        run.source_tokenizer,
+        run.target_tokenizer,
+        beam_width=beam_width,
+        alpha=alpha,
+        max_length=max_length,
     )
-    return export_translator(translator, base_dir, version, warmup_sentences)
+    return export_translator(
+        translator, base_dir, version=version, warmup_sentences=warmup_sentences
+    )

@@ -107,7 +107,10 @@ real = ops.convert_to_numpy(padding_mask(tokens))
 print("padding mask:", real.astype(int))
 labels = ["t0", "t1", "t2", "t3", "pad", "pad"]
 display(plot_mask(ops.convert_to_numpy(causal_mask(6, 6)), "look-ahead mask", labels))
-combined = ops.convert_to_numpy(attention_mask(6, 6, real, real, use_causal_mask=True))[0, 0]
+combined = attention_mask(
+    6, 6, query_padding_mask=real, key_padding_mask=real, use_causal_mask=True
+)
+combined = ops.convert_to_numpy(combined)[0, 0]
 plot_mask(combined, "padding and look-ahead", labels)
 """),
     ("md", """

@@ -1,10 +1,16 @@
-"""Shared fixtures: a tiny config, and a tiny model trained on the demo data through `train`."""
+"""Shared fixtures: one tiny config for every unit test, and a tiny model trained on the demo data
+through `train`."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 from pathlib import Path
 
+import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.settings import TrainingSettings
@@ -35,6 +41,30 @@ TRAINED_RUN_SETTINGS = dict(
 )
 
 
+# What docstring examples may use without importing it, as in Keras' own documentation.
+DOCTEST_NAMESPACE = {"np": np, "keras": keras, "tf": tf}
+
+
+@pytest.fixture(scope="session")
+def run_doctests():
+    """`run_doctests(module_name)`: runs the `>>>` examples of a module's docstrings and fails
+    on any wrong output or error (examples marked `# doctest: +SKIP` are not run)."""
+
+    def run(module_name: str) -> None:
+        module = importlib.import_module(module_name)
+        examples = sum(len(test.examples) for test in doctest.DocTestFinder().find(module))
+        assert examples, f"{module_name} has no docstring examples"
+        results = doctest.testmod(
+            module,
+            extraglobs=DOCTEST_NAMESPACE,
+            optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+            report=False,
+        )
+        assert results.failed == 0, f"{results.failed} docstring example(s) of {module_name} failed"
+
+    return run
+
+
 def write_corpus(corpus: ParallelCorpus, source_path: Path, target_path: Path) -> None:
     """Writes a corpus as two line-aligned files."""
     source_path.write_text("".join(f"{line}\n" for line in corpus.sources), encoding="utf-8")
@@ -43,7 +73,8 @@ def write_corpus(corpus: ParallelCorpus, source_path: Path, target_path: Path) -
 
 @pytest.fixture(scope="session")
 def tiny_config() -> TransformerConfig:
-    """A model small enough for any unit test (2+2 layers, d_model 16, 2 heads, no dropout)."""
+    """A model small enough for any unit test (2+2 layers, d_model 16, 2 heads, no dropout);
+    tests change what they need with `tiny_config.replace(...)`."""
     return TransformerConfig(
         source_vocab_size=40,
         target_vocab_size=48,

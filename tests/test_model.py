@@ -1,37 +1,30 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.layers import BLOCK_ARGUMENTS
+from keras_transformer.settings import TrainingSettings
+from keras_transformer.training.trainer import compile_model
 
 VOCAB = 24
 
 
-def tiny_config(**changes):
-    values = dict(
-        source_vocab_size=VOCAB,
-        target_vocab_size=VOCAB,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        d_model=16,
-        num_heads=4,
-        d_ff=32,
-        dropout=0.0,
-        max_length=32,
-        label_smoothing=0.0,
-    )
-    values.update(changes)
-    return kt.TransformerConfig(**values)
+@pytest.fixture(scope="module")
+def config(tiny_config):
+    """The shared tiny config with one vocabulary size for both sides (shared embeddings)."""
+    return tiny_config.replace(source_vocab_size=VOCAB, target_vocab_size=VOCAB)
 
 
 def logits_of(model, source, target):
-    return keras.ops.convert_to_numpy(model({"source_tokens": source, "target_tokens": target}))
+    return np.asarray(model({"source_tokens": source, "target_tokens": target}))
 
 
 @pytest.fixture(scope="module")
-def model():
+def model(config):
     keras.utils.set_random_seed(0)
-    return kt.build_transformer(tiny_config())
+    return kt.build_transformer(config)
 
 
 @pytest.fixture
@@ -53,8 +46,8 @@ def test_shapes_symbolic_and_eager(model, batch):
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_appending_source_padding_changes_no_logit(batch, norm_first):
-    model = kt.build_transformer(tiny_config(norm_first=norm_first))
+def test_appending_source_padding_changes_no_logit(config, batch, norm_first):
+    model = kt.build_transformer(config.replace(norm_first=norm_first))
     source, target = batch
     real = target != 0
     before = logits_of(model, source, target)
@@ -75,7 +68,7 @@ def test_source_padding_content_is_ignored(model, batch):
     source, target = batch
     before = logits_of(model, source, target)
     embedding = model.get_layer("source_embedding").token_embedding
-    table = keras.ops.convert_to_numpy(embedding.embeddings)
+    table = np.asarray(embedding.embeddings)
     changed = table.copy()
     changed[0] += 3.0
     embedding.embeddings.assign(changed)
@@ -99,47 +92,36 @@ def test_changing_a_target_token_changes_no_earlier_logit(model, batch, position
     assert np.abs(after[:, position:] - before[:, position:]).max() > 1e-4
 
 
-def test_shared_embeddings_use_one_matrix(batch):
-    model = kt.build_transformer(tiny_config(share_embeddings=True))
+def test_shared_embeddings_use_one_matrix(config, batch):
+    model = kt.build_transformer(config.replace(share_embeddings=True))
     names = [layer.name for layer in model.layers]
     assert "shared_embedding" in names and "source_embedding" not in names
     source, target = batch
     assert logits_of(model, source, target).shape == (2, 4, VOCAB)
 
 
-def test_tied_output_projection_is_the_transposed_target_embedding(batch):
-    model = kt.build_transformer(tiny_config(tie_output_embedding=True))
-    untied = kt.build_transformer(tiny_config())
+def test_tied_output_projection_is_the_transposed_target_embedding(config, batch):
+    model = kt.build_transformer(config.replace(tie_output_embedding=True))
+    untied = kt.build_transformer(config)
     names = [layer.name for layer in model.layers]
     assert "logits" not in names
     assert untied.count_params() - model.count_params() == 16 * VOCAB + VOCAB
     source, target = batch
     decoder_output = keras.Model(model.inputs, model.get_layer("decoder").output)
-    hidden = keras.ops.convert_to_numpy(
-        decoder_output({"source_tokens": source, "target_tokens": target})
-    )
-    table = keras.ops.convert_to_numpy(
-        model.get_layer("target_embedding").token_embedding.embeddings
-    )
+    hidden = np.asarray(decoder_output({"source_tokens": source, "target_tokens": target}))
+    table = np.asarray(model.get_layer("target_embedding").token_embedding.embeddings)
     np.testing.assert_allclose(logits_of(model, source, target), hidden @ table.T, atol=1e-5)
 
 
-def compile_for_training(model, config, warmup_steps=100, scale=1.0):
-    model.compile(
-        optimizer=keras.optimizers.Adam(
-            kt.TransformerSchedule(config.d_model, warmup_steps, scale),
-            beta_1=0.9,
-            beta_2=0.98,
-            epsilon=1e-9,
-        ),
-        loss=kt.MaskedSparseCategoricalCrossentropy(config.label_smoothing),
-        metrics=[kt.MaskedAccuracy()],
-    )
+def compile_for_training(model, config):
+    compile_model(model, config, TrainingSettings(warmup_steps=100, learning_rate_scale=1.0))
 
 
 @pytest.mark.parametrize("tie_output_embedding", [False, True])
-def test_keras_file_round_trip_gives_identical_logits(tmp_path, batch, tie_output_embedding):
-    config = tiny_config(label_smoothing=0.1, tie_output_embedding=tie_output_embedding)
+def test_keras_file_round_trip_gives_identical_logits(
+    config, tmp_path, batch, tie_output_embedding
+):
+    config = config.replace(label_smoothing=0.1, tie_output_embedding=tie_output_embedding)
     model = kt.build_transformer(config)
     compile_for_training(model, config)
     source, target = batch
@@ -157,10 +139,10 @@ def test_keras_file_round_trip_gives_identical_logits(tmp_path, batch, tie_outpu
 
 
 @pytest.mark.parametrize("tie_output_embedding", [False, True])
-def test_mixed_precision_trains_and_returns_float32_logits(batch, tie_output_embedding):
+def test_mixed_precision_trains_and_returns_float32_logits(config, batch, tie_output_embedding):
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
-        config = tiny_config(tie_output_embedding=tie_output_embedding)
+        config = config.replace(tie_output_embedding=tie_output_embedding)
         model = kt.build_transformer(config)
         compile_for_training(model, config)
         source, target = batch
@@ -178,10 +160,10 @@ def test_mixed_precision_trains_and_returns_float32_logits(batch, tie_output_emb
 
 
 @pytest.mark.slow
-def test_fit_learns_to_reverse_sequences():
+def test_fit_learns_to_reverse_sequences(config):
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    config = tiny_config(d_model=32, d_ff=64)
+    config = config.replace(d_model=32, d_ff=64)
 
     def reverse_task(count):
         source = rng.integers(4, VOCAB, size=(count, 6))
@@ -191,9 +173,74 @@ def test_fit_learns_to_reverse_sequences():
         return inputs, np.hstack([source[:, ::-1], end])
 
     model = kt.build_transformer(config)
-    compile_for_training(model, config, warmup_steps=100, scale=1.0)
+    compile_for_training(model, config)
     train_inputs, train_labels = reverse_task(3072)
     model.fit(train_inputs, train_labels, batch_size=64, epochs=6, verbose=0)
     test_inputs, test_labels = reverse_task(512)
     _, accuracy = model.evaluate(test_inputs, test_labels, batch_size=128, verbose=0)
     assert accuracy >= 0.95
+
+
+def test_block_arguments_come_from_the_config(config):
+    config = config.replace(dropout=0.125, norm_first=True)
+    model = kt.build_transformer(config)
+    for name in ("encoder", "decoder"):
+        layer_config = model.get_layer(name).get_config()
+        shared = [field for field in BLOCK_ARGUMENTS if hasattr(config, field)]
+        assert shared == ["d_model", "num_heads", "d_ff", "dropout", "norm_first"]
+        assert {field: layer_config[field] for field in shared} == {
+            field: getattr(config, field) for field in shared
+        }
+
+
+def test_outputs_carry_no_keras_mask(model, batch):
+    # An implicit mask on the logits would reach every loss and metric as sample weights.
+    source, target = batch
+    logits = model({"source_tokens": source, "target_tokens": target})
+    assert getattr(logits, "_keras_mask", None) is None
+
+
+def masked_loss(labels, logits):
+    """The TF tutorial's masked loss: a scalar per batch."""
+    real = tf.cast(labels != 0, tf.float32)
+    losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    return tf.reduce_sum(losses * real) / tf.reduce_sum(real)
+
+
+def masked_accuracy(labels, logits):
+    """The TF tutorial's masked accuracy: a scalar per batch."""
+    predictions = tf.argmax(logits, axis=-1, output_type=labels.dtype)
+    real = labels != 0
+    hits = tf.cast(tf.logical_and(predictions == labels, real), tf.float32)
+    return tf.reduce_sum(hits) / tf.reduce_sum(tf.cast(real, tf.float32))
+
+
+def test_fits_with_scalar_loss_and_metric_functions_on_padded_dynamic_batches(config):
+    # With a Keras mask on the logits, Keras broadcast it onto these scalars as sample weights
+    # and `fit` failed ("Shape must be at most rank 0 but is rank 2").
+    rng = np.random.default_rng(5)
+    sequences = [rng.integers(4, VOCAB, size=length) for length in rng.integers(2, 7, size=16)]
+
+    def examples():
+        for tokens in sequences:
+            inputs = {"source_tokens": tokens, "target_tokens": np.r_[2, tokens[::-1]]}
+            yield inputs, np.r_[tokens[::-1], 3]
+
+    ids = tf.TensorSpec([None], tf.int32)
+    dataset = tf.data.Dataset.from_generator(
+        examples, output_signature=({"source_tokens": ids, "target_tokens": ids}, ids)
+    ).padded_batch(4).apply(tf.data.experimental.assert_cardinality(4))
+    model = kt.build_transformer(config)
+    model.compile(keras.optimizers.Adam(1e-2), loss=masked_loss, metrics=[masked_accuracy])
+    history = model.fit(dataset, epochs=2, verbose=0).history
+    assert history["loss"][-1] < history["loss"][0]
+    inputs, labels = next(iter(dataset))
+    # Keras reports the functions' own values (no mask turned into sample weights).
+    reported = model.evaluate(
+        tf.data.Dataset.from_tensors((inputs, labels)), verbose=0, return_dict=True
+    )
+    logits = model(inputs)
+    assert reported["loss"] == pytest.approx(float(masked_loss(labels, logits)), rel=1e-5)
+    assert reported["masked_accuracy"] == pytest.approx(
+        float(masked_accuracy(labels, logits)), abs=1e-6
+    )

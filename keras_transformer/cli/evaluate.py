@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.source_file} has {len(sources)} lines but {args.target_file} has "
                 f"{len(references)}; they must be line-aligned"
             )
-        translator = LocalTranslator(args.model, args.beam, args.alpha, args.batch_size)
+        translator = LocalTranslator(
+            args.model, beam_width=args.beam, alpha=args.alpha, batch_size=args.batch_size
+        )
     except (OSError, UnicodeDecodeError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

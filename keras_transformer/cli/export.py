@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -23,10 +25,11 @@ def add_parser(subparsers) -> None:
         "--version", type=int, help="version number (default: one more than the highest)"
     )
     parser.add_argument(
-        "--beam", type=int, default=4, help="beam width, 1 = greedy (default: %(default)s)"
+        "--beam", type=int, default=DEFAULT_BEAM_WIDTH,
+        help="beam width, 1 = greedy (default: %(default)s)",
     )
     parser.add_argument(
-        "--alpha", type=float, default=0.6,
+        "--alpha", type=float, default=DEFAULT_ALPHA,
         help="length-penalty exponent (default: %(default)s)",
     )
     parser.add_argument(
@@ -53,8 +56,13 @@ def run(args: argparse.Namespace) -> int:
         sentences = [line.strip() for line in lines if line.strip()][:10]
     try:
         path = export_run(
-            args.run_dir, args.base, args.version, args.beam, args.alpha, args.max_length,
-            sentences,
+            args.run_dir,
+            args.base,
+            version=args.version,
+            beam_width=args.beam,
+            alpha=args.alpha,
+            max_length=args.max_length,
+            warmup_sentences=sentences,
         )
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -46,7 +46,7 @@ def _text(value) -> str:
 def server_translate(args: argparse.Namespace):
     """`translate(sentences)` through `serving.client`; with --beam/--alpha it calls the
     `translate_with_options` signature."""
-    from keras_transformer.inference.loading import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
+    from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
     from keras_transformer.inference.translator import OPTIONS_SIGNATURE
     from serving.client import client_for_url
 
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             translate = LocalTranslator(
-                args.model, args.beam, args.alpha, args.batch_size
+                args.model, beam_width=args.beam, alpha=args.alpha, batch_size=args.batch_size
             ).translate
         except FileNotFoundError as error:
             print(f"error: {error}", file=sys.stderr)

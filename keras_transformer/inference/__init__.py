@@ -4,7 +4,10 @@ module that exports it with its tokenizers. Names are imported on first use."""
 from keras_transformer._lazy import lazy_attributes
 
 _SOURCES = {
-    "DEFAULT_EXTRA_LENGTH": ".decoding",
+    "DEFAULT_ALPHA": ".defaults",
+    "DEFAULT_BEAM_WIDTH": ".defaults",
+    "DEFAULT_EXTRA_LENGTH": ".defaults",
+    "MAX_BEAM_WIDTH": ".defaults",
     "SequenceDecoder": ".decoding",
     "Translator": ".translator",
     "beam_search": ".search",

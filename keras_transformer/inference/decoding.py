@@ -16,11 +16,21 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.inference.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_BEAM_WIDTH,
+    DEFAULT_EXTRA_LENGTH,
+)
 from keras_transformer.inference.search import beam_search, greedy_search, write_column
 from keras_transformer.layers import padding_mask
-
-# Default room for the translation beyond the source length (capped at the model's max_length).
-DEFAULT_EXTRA_LENGTH = 50
+from keras_transformer.model import (
+    DECODER,
+    ENCODER,
+    LOGITS,
+    SHARED_EMBEDDING,
+    SOURCE_EMBEDDING,
+    TARGET_EMBEDDING,
+)
 
 
 def _static_or_dynamic(tensor, axis: int):
@@ -36,28 +46,36 @@ class SequenceDecoder:
     for speed. Padding (id 0) and START are never generated.
 
     Args:
-        model: a model from `build_transformer` (its `source_embedding`/`target_embedding` or
-            `shared_embedding`, `encoder`, `decoder` and `logits` layers are used; without a
-            `logits` layer, the target embedding projects).
+        model: a model from `build_transformer`; its layers are found by the names that
+            `keras_transformer.model` defines (`SOURCE_EMBEDDING`/`TARGET_EMBEDDING` or
+            `SHARED_EMBEDDING`, `ENCODER`, `DECODER` and `LOGITS`; without a `LOGITS` layer, the
+            target embedding projects).
         start_id: the decoder's first input.
         end_id: the token that ends a translation.
 
     Example:
+        >>> from keras_transformer import TransformerConfig, build_transformer
+        >>> model = build_transformer(TransformerConfig(source_vocab_size=20,
+        ...     target_vocab_size=20, num_encoder_layers=1, num_decoder_layers=1, d_model=8,
+        ...     num_heads=2, d_ff=16, max_length=16))
         >>> decoder = SequenceDecoder(model, start_id=2, end_id=3)
+        >>> source_tokens = tf.constant([[5, 6, 7], [8, 9, 0]])
         >>> tokens, scores = tf.function(decoder.beam_search)(source_tokens, beam_width=4)
+        >>> tuple(scores.shape)
+        (2,)
     """
 
     def __init__(self, model: keras.Model, start_id: int, end_id: int):
         layer_names = {layer.name for layer in model.layers}
-        if "shared_embedding" in layer_names:
-            self.source_embedding = self.target_embedding = model.get_layer("shared_embedding")
+        if SHARED_EMBEDDING in layer_names:
+            self.source_embedding = self.target_embedding = model.get_layer(SHARED_EMBEDDING)
         else:
-            self.source_embedding = model.get_layer("source_embedding")
-            self.target_embedding = model.get_layer("target_embedding")
-        self.encoder = model.get_layer("encoder")
-        self.decoder = model.get_layer("decoder")
-        if "logits" in layer_names:
-            self.to_logits = model.get_layer("logits")
+            self.source_embedding = model.get_layer(SOURCE_EMBEDDING)
+            self.target_embedding = model.get_layer(TARGET_EMBEDDING)
+        self.encoder = model.get_layer(ENCODER)
+        self.decoder = model.get_layer(DECODER)
+        if LOGITS in layer_names:
+            self.to_logits = model.get_layer(LOGITS)
         else:
             self.to_logits = functools.partial(self.target_embedding, reverse=True)
         self.max_length = self.target_embedding.max_length
@@ -73,12 +91,13 @@ class SequenceDecoder:
             source_tokens: int `(batch, source_length)`, 0 = padding.
 
         Returns:
-            `(encoder_output, source_mask)`: `(batch, source_length, d_model)` and bool
+            `(encoder_output, source_padding_mask)`: `(batch, source_length, d_model)` and bool
             `(batch, source_length)`.
         """
-        source_mask = padding_mask(source_tokens)
+        source_padding_mask = padding_mask(source_tokens)
         embedded = self.source_embedding(source_tokens)
-        return self.encoder(embedded, padding_mask=source_mask, training=False), source_mask
+        encoder_output = self.encoder(embedded, padding_mask=source_padding_mask, training=False)
+        return encoder_output, source_padding_mask
 
     def length_limits(self, source_tokens, max_length: int | None = None):
         """How many tokens each row may generate, and the size of the decoding buffers.
@@ -113,7 +132,7 @@ class SequenceDecoder:
         logits = tf.cast(self.to_logits(decoded), tf.float32)
         return tf.nn.log_softmax(tf.where(self.banned_tokens, float("-inf"), logits), axis=-1)
 
-    def _cached_step(self, encoder_output, source_mask, rows, buffer_length):
+    def _cached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
         """Step function and initial state (self-attention caches) for `search`."""
         cross_caches = self.decoder.cross_attention_caches(encoder_output)
 
@@ -121,8 +140,7 @@ class SequenceDecoder:
             embedded = self.target_embedding(tokens[:, None], start_position=step)
             decoded, caches = self.decoder(
                 embedded,
-                None,
-                source_mask=source_mask,
+                encoder_padding_mask=source_padding_mask,
                 self_attention_caches=caches,
                 cross_attention_caches=cross_caches,
                 cache_index=step,
@@ -132,7 +150,7 @@ class SequenceDecoder:
 
         return step_fn, self.decoder.initial_self_attention_caches(rows, buffer_length)
 
-    def _uncached_step(self, encoder_output, source_mask, rows, buffer_length):
+    def _uncached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
         """Step function re-running the decoder on the whole prefix; the state is the prefix."""
 
         def step_fn(tokens, step, prefix):
@@ -140,7 +158,7 @@ class SequenceDecoder:
             decoded = self.decoder(
                 self.target_embedding(prefix[:, : step + 1]),
                 encoder_output,
-                source_mask=source_mask,
+                encoder_padding_mask=source_padding_mask,
                 training=False,
             )
             return self._log_probs(decoded[:, -1]), prefix
@@ -150,6 +168,7 @@ class SequenceDecoder:
     def greedy(
         self,
         source_tokens,
+        *,
         max_length: int | None = None,
         alpha: float = 0.0,
         stop_at_end: bool = True,
@@ -170,20 +189,28 @@ class SequenceDecoder:
         """
         source_tokens = tf.cast(source_tokens, tf.int32)
         limits, buffer_length = self.length_limits(source_tokens, max_length)
-        encoder_output, source_mask = self.encode(source_tokens)
+        encoder_output, source_padding_mask = self.encode(source_tokens)
         make_step = self._cached_step if use_cache else self._uncached_step
         step_fn, state = make_step(
-            encoder_output, source_mask, tf.shape(source_tokens)[0], buffer_length
+            encoder_output, source_padding_mask, tf.shape(source_tokens)[0], buffer_length
         )
         return greedy_search(
-            step_fn, state, self.start_id, self.end_id, limits, buffer_length, alpha, stop_at_end
+            step_fn,
+            initial_state=state,
+            start_id=self.start_id,
+            end_id=self.end_id,
+            limits=limits,
+            max_length=buffer_length,
+            alpha=alpha,
+            stop_at_end=stop_at_end,
         )
 
     def beam_search(
         self,
         source_tokens,
-        beam_width: int = 4,
-        alpha: float = 0.6,
+        *,
+        beam_width: int = DEFAULT_BEAM_WIDTH,
+        alpha: float = DEFAULT_ALPHA,
         max_length: int | None = None,
         stop_at_end: bool = True,
         use_cache: bool = True,
@@ -204,24 +231,32 @@ class SequenceDecoder:
         """
         source_tokens = tf.cast(source_tokens, tf.int32)
         limits, buffer_length = self.length_limits(source_tokens, max_length)
-        encoder_output, source_mask = self.encode(source_tokens)
+        encoder_output, source_padding_mask = self.encode(source_tokens)
         # Row b * beam + k is beam k of source b.
         encoder_output = tf.repeat(encoder_output, beam_width, axis=0)
-        source_mask = tf.repeat(source_mask, beam_width, axis=0)
+        source_padding_mask = tf.repeat(source_padding_mask, beam_width, axis=0)
         make_step = self._cached_step if use_cache else self._uncached_step
         step_fn, state = make_step(
-            encoder_output, source_mask, tf.shape(encoder_output)[0], buffer_length
+            encoder_output, source_padding_mask, tf.shape(encoder_output)[0], buffer_length
         )
         return beam_search(
-            step_fn, state, self.start_id, self.end_id, limits, buffer_length, beam_width, alpha,
-            stop_at_end,
+            step_fn,
+            initial_state=state,
+            start_id=self.start_id,
+            end_id=self.end_id,
+            limits=limits,
+            max_length=buffer_length,
+            beam_width=beam_width,
+            alpha=alpha,
+            stop_at_end=stop_at_end,
         )
 
     def decode(
         self,
         source_tokens,
+        *,
         beam_width: int = 1,
-        alpha: float = 0.6,
+        alpha: float = DEFAULT_ALPHA,
         max_length: int | None = None,
     ):
         """Greedy decoding for `beam_width=1` (the same result, cheaper), else beam search."""
@@ -229,7 +264,9 @@ class SequenceDecoder:
             raise ValueError(f"beam_width must be a positive integer, got {beam_width}")
         if beam_width == 1:
             return self.greedy(source_tokens, max_length=max_length, alpha=alpha)
-        return self.beam_search(source_tokens, beam_width, alpha, max_length)
+        return self.beam_search(
+            source_tokens, beam_width=beam_width, alpha=alpha, max_length=max_length
+        )
 
     def cross_attention(self, source_tokens, target_tokens):
         """Cross-attention weights of every decoder layer for a given translation.
@@ -243,12 +280,12 @@ class SequenceDecoder:
         """
         source_tokens = tf.cast(source_tokens, tf.int32)
         target_tokens = tf.cast(target_tokens, tf.int32)
-        encoder_output, source_mask = self.encode(source_tokens)
+        encoder_output, source_padding_mask = self.encode(source_tokens)
         _, weights = self.decoder(
             self.target_embedding(target_tokens),
             encoder_output,
-            source_mask=source_mask,
-            target_mask=padding_mask(target_tokens),
+            padding_mask=padding_mask(target_tokens),
+            encoder_padding_mask=source_padding_mask,
             return_attention_scores=True,
             training=False,
         )

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
 from keras_transformer.inference.translator import (
     ATTENTION_SIGNATURE,
     OPTIONS_SIGNATURE,
@@ -18,9 +19,6 @@ from keras_transformer.inference.translator import (
     Translator,
 )
 from keras_transformer.run_dir import RunPaths, load_run
-
-DEFAULT_BEAM_WIDTH = 4
-DEFAULT_ALPHA = 0.6
 
 
 def find_saved_model(path: str | os.PathLike) -> Path | None:
@@ -72,13 +70,16 @@ class LocalTranslator:
     Raises:
         FileNotFoundError: if `path` is none of these.
 
-    Example:
-        >>> LocalTranslator("models/translator").translate(["Ein Mann fährt Fahrrad."])
+    Example (needs an export on disk, so the doctest run skips it):
+        >>> translator = LocalTranslator("models/translator")  # doctest: +SKIP
+        >>> translator.translate(["Ein Mann fährt Fahrrad."])  # doctest: +SKIP
+        ['A man rides a bicycle.']
     """
 
     def __init__(
         self,
         path: str | os.PathLike,
+        *,
         beam_width: int | None = None,
         alpha: float | None = None,
         batch_size: int = 32,

@@ -8,8 +8,12 @@ so the loops run inside `tf.function` and under XLA (`jit_compile=True`).
 Step function contract:
     `step_fn(tokens, step, state) -> (log_probs, state)` with `tokens` int32 `(rows,)` (the token
     chosen at the previous step, START at step 0), `step` an int32 scalar (the position being
-    predicted), `state` a nest of tensors whose first axis is `rows`, and `log_probs` float32
-    `(rows, vocab_size)`. Beam search reorders the state by gathering rows.
+    predicted), `state` a nest of tensors whose first axis is `rows` (the model's state, e.g.
+    key/value caches), and `log_probs` float32 `(rows, vocab_size)`. Beam search reorders the
+    state by gathering rows.
+
+Each loop carries one named state (`GreedyState`, `BeamState`); a beam step is split into named
+stages (expand, choose the live prefixes, update the finished pool, freeze finished rows).
 
 Scores are `log P(Y | X) / lp(|Y|)` with the GNMT length penalty
 `lp(|Y|) = ((5 + |Y|) / 6) ** alpha` (Wu et al., 2016, eq. 14); `|Y|` counts END.
@@ -18,8 +22,11 @@ Scores are `log P(Y | X) / lp(|Y|)` with the GNMT length penalty
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import tensorflow as tf
+
+from keras_transformer.inference.defaults import DEFAULT_ALPHA
 
 StepFn = Callable[[tf.Tensor, tf.Tensor, object], tuple[tf.Tensor, object]]
 
@@ -61,9 +68,76 @@ def _smaller(a, b):
     return min(a, b) if isinstance(a, int) and isinstance(b, int) else tf.minimum(a, b)
 
 
+class GreedyState(NamedTuple):
+    """What `greedy_search`'s loop carries from one step to the next.
+
+    Attributes:
+        step: int32 scalar, the position being predicted.
+        tokens: int32 `(batch, max_length)`, the tokens chosen so far.
+        last: int32 `(batch,)`, the token chosen at the previous step (START at first).
+        log_prob: float32 `(batch,)`, log-probability of each row's tokens.
+        lengths: int32 `(batch,)`, tokens generated per row (END included).
+        done: bool `(batch,)`, rows that ended or reached their limit.
+        model_state: the step function's state.
+    """
+
+    step: tf.Tensor
+    tokens: tf.Tensor
+    last: tf.Tensor
+    log_prob: tf.Tensor
+    lengths: tf.Tensor
+    done: tf.Tensor
+    model_state: object
+
+
+class BeamState(NamedTuple):
+    """What `beam_search`'s loop carries from one step to the next.
+
+    Attributes:
+        step: int32 scalar, the position being predicted.
+        alive_tokens: int32 `(batch, beam, max_length)`, the live prefixes.
+        alive_log_prob: float32 `(batch, beam)`, their log-probabilities, best first.
+        finished_tokens: int32 `(batch, beam, max_length)`, the finished pool.
+        finished_scores: float32 `(batch, beam)`, its scores `log P / lp(|Y|)`, best first.
+        done: bool `(batch,)`, rows whose search is over (frozen from then on).
+        model_state: the step function's state, row `b * beam + k` for beam `k` of source `b`.
+    """
+
+    step: tf.Tensor
+    alive_tokens: tf.Tensor
+    alive_log_prob: tf.Tensor
+    finished_tokens: tf.Tensor
+    finished_scores: tf.Tensor
+    done: tf.Tensor
+    model_state: object
+
+
+class Candidates(NamedTuple):
+    """The `2 * beam` best one-token extensions of a source's live prefixes, best first.
+
+    Attributes:
+        log_prob: float32 `(batch, 2 * beam)`.
+        token: int32 `(batch, 2 * beam)`, the new token.
+        origin: int32 `(batch, 2 * beam)`, the live prefix (beam index) it extends.
+        sequences: int32 `(batch, 2 * beam, max_length)`, prefix and new token.
+    """
+
+    log_prob: tf.Tensor
+    token: tf.Tensor
+    origin: tf.Tensor
+    sequences: tf.Tensor
+
+
+def _run_loop(cond, body, initial):
+    """`tf.while_loop` over one named state; returns the final state."""
+    (final,) = tf.while_loop(cond, lambda state: (body(state),), (initial,))
+    return final
+
+
 def greedy_search(
     step_fn: StepFn,
-    state,
+    *,
+    initial_state,
     start_id: int,
     end_id: int,
     limits,
@@ -75,7 +149,7 @@ def greedy_search(
 
     Args:
         step_fn: see the module docstring; `rows` is the batch size.
-        state: initial state of `step_fn`.
+        initial_state: initial state of `step_fn`.
         start_id: first decoder input.
         end_id: token that ends a sequence.
         limits: int32 `(batch,)`, most tokens row `i` may generate (each `<= max_length`).
@@ -91,50 +165,132 @@ def greedy_search(
     """
     limits = tf.cast(limits, tf.int32)
     batch = tf.shape(limits)[0]
-    tokens = tf.zeros((batch, max_length), tf.int32)
-    last = tf.fill((batch,), tf.constant(start_id, tf.int32))
-    log_prob = tf.zeros((batch,), tf.float32)
-    lengths = tf.zeros((batch,), tf.int32)
-    done = tf.zeros((batch,), tf.bool)
+    initial = GreedyState(
+        step=tf.constant(0),
+        tokens=tf.zeros((batch, max_length), tf.int32),
+        last=tf.fill((batch,), tf.constant(start_id, tf.int32)),
+        log_prob=tf.zeros((batch,), tf.float32),
+        lengths=tf.zeros((batch,), tf.int32),
+        done=tf.zeros((batch,), tf.bool),
+        model_state=initial_state,
+    )
 
-    def cond(step, tokens, last, log_prob, lengths, done, state):
-        return tf.logical_and(step < max_length, tf.logical_not(tf.reduce_all(done)))
+    def cond(state: GreedyState):
+        return tf.logical_and(state.step < max_length, tf.logical_not(tf.reduce_all(state.done)))
 
-    def body(step, tokens, last, log_prob, lengths, done, state):
-        log_probs, new_state = step_fn(last, step, state)
+    def body(state: GreedyState) -> GreedyState:
+        log_probs, model_state = step_fn(state.last, state.step, state.model_state)
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        chosen = tf.where(done, 0, chosen)
+        chosen = tf.where(state.done, 0, chosen)
         chosen_log_prob = tf.gather(log_probs, chosen, axis=1, batch_dims=1)
         ended = tf.logical_and(tf.equal(chosen, end_id), stop_at_end)
+        at_limit = state.step + 1 >= limits
         return _with_shapes_of(
-            (
-                step + 1,
-                write_column(tokens, step, chosen),
-                chosen,
-                log_prob + tf.where(done, 0.0, chosen_log_prob),
-                lengths + tf.cast(tf.logical_not(done), tf.int32),
-                tf.logical_or(done, tf.logical_or(ended, step + 1 >= limits)),
-                new_state,
+            GreedyState(
+                step=state.step + 1,
+                tokens=write_column(state.tokens, state.step, chosen),
+                last=chosen,
+                log_prob=state.log_prob + tf.where(state.done, 0.0, chosen_log_prob),
+                lengths=state.lengths + tf.cast(tf.logical_not(state.done), tf.int32),
+                done=tf.logical_or(state.done, tf.logical_or(ended, at_limit)),
+                model_state=model_state,
             ),
-            (step, tokens, last, log_prob, lengths, done, state),
+            state,
         )
 
-    _, tokens, _, log_prob, lengths, _, _ = tf.while_loop(
-        cond, body, (tf.constant(0), tokens, last, log_prob, lengths, done, state)
-    )
+    final = _run_loop(cond, body, initial)
+    tokens = final.tokens
     tokens = tf.where(tf.equal(tokens, end_id), 0, tokens) if stop_at_end else tokens
-    return tokens, log_prob / length_penalty(lengths, alpha)
+    return tokens, final.log_prob / length_penalty(final.lengths, alpha)
+
+
+def _previous_tokens(state: BeamState, start_id: int):
+    """Each live prefix's last token, START at the first step: int32 `(batch * beam,)`."""
+    last = tf.gather(state.alive_tokens, tf.maximum(state.step - 1, 0), axis=2)
+    return tf.reshape(tf.where(state.step > 0, last, start_id), (-1,))
+
+
+def _expand(state: BeamState, log_probs, beam) -> Candidates:
+    """The `2 * beam` best extensions of each source's live prefixes by one token.
+
+    Two stages: only a prefix's own `2 * beam` best tokens can be among its source's `2 * beam`
+    best candidates, so the search over `beam * vocab` candidates shrinks to `beam * 2 * beam`.
+
+    Args:
+        log_probs: float32 `(batch * beam, vocab)`, next-token log-probabilities.
+    """
+    batch = tf.shape(state.alive_log_prob)[0]
+    per_prefix = _smaller(2 * beam, log_probs.shape[-1] or tf.shape(log_probs)[-1])
+    prefix_log_prob, prefix_token = tf.math.top_k(log_probs, k=per_prefix)
+    totals = state.alive_log_prob[:, :, None] + tf.reshape(prefix_log_prob, (batch, beam, -1))
+    log_prob, index = tf.math.top_k(tf.reshape(totals, (batch, -1)), k=2 * beam)
+    origin = index // per_prefix
+    token = tf.gather(tf.reshape(prefix_token, (batch, -1)), index, batch_dims=1)
+    prefixes = tf.gather(state.alive_tokens, origin, batch_dims=1)
+    return Candidates(log_prob, token, origin, write_column(prefixes, state.step, token))
+
+
+def _surviving_prefixes(candidates: Candidates, is_end, beam):
+    """The `beam` best candidates that did not end: they stay alive.
+
+    Returns:
+        `(log_prob, tokens, origin)`: `(batch, beam)`, `(batch, beam, max_length)` and the beam
+        index each extends, `(batch, beam)`.
+    """
+    log_prob, pick = tf.math.top_k(tf.where(is_end, NEG_INF, candidates.log_prob), k=beam)
+    tokens = tf.gather(candidates.sequences, pick, batch_dims=1)
+    return log_prob, tokens, tf.gather(candidates.origin, pick, batch_dims=1)
+
+
+def _finished_pool(
+    state: BeamState, candidates: Candidates, is_end, alive_log_prob, alive_tokens, at_limit,
+    length_norm, beam,
+):
+    """The `beam` best of the pool so far, the candidates that ended within the top `beam`,
+    and, for rows at their length limit, the live prefixes.
+
+    Returns:
+        `(scores, tokens)`: float32 `(batch, beam)` best first, int32 `(batch, beam, max_length)`.
+    """
+    # Only an END within the top `beam` candidates counts, which makes beam 1 exactly greedy.
+    within_beam = tf.range(2 * beam)[None] < beam
+    end_scores = tf.where(
+        tf.logical_and(is_end, within_beam), candidates.log_prob / length_norm, NEG_INF
+    )
+    limit_scores = tf.where(at_limit[:, None], alive_log_prob / length_norm, NEG_INF)
+    scores, pick = tf.math.top_k(
+        tf.concat([state.finished_scores, end_scores, limit_scores], axis=1), k=beam
+    )
+    tokens = tf.gather(
+        tf.concat([state.finished_tokens, candidates.sequences, alive_tokens], axis=1),
+        pick,
+        batch_dims=1,
+    )
+    return scores, tokens
+
+
+def _freeze_done_rows(old: BeamState, new: BeamState) -> BeamState:
+    """Rows already done keep their prefixes and pool, so batching never changes a row's answer.
+    (Their model state rows are still gathered; nothing reads them again.)"""
+    keep = old.done[:, None]
+    return new._replace(
+        alive_tokens=tf.where(keep[..., None], old.alive_tokens, new.alive_tokens),
+        alive_log_prob=tf.where(keep, old.alive_log_prob, new.alive_log_prob),
+        finished_tokens=tf.where(keep[..., None], old.finished_tokens, new.finished_tokens),
+        finished_scores=tf.where(keep, old.finished_scores, new.finished_scores),
+    )
 
 
 def beam_search(
     step_fn: StepFn,
-    state,
+    *,
+    initial_state,
     start_id: int,
     end_id: int,
     limits,
     max_length,
-    beam_width: int,
-    alpha: float = 0.6,
+    beam_width,
+    alpha: float = DEFAULT_ALPHA,
     stop_at_end: bool = True,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Keeps the `beam_width` most probable prefixes per source; returns the best by lp score.
@@ -150,7 +306,7 @@ def beam_search(
     Args:
         step_fn: see the module docstring; `rows` is `batch * beam_width`, row `b * beam + k`
             being beam `k` of source `b`.
-        state: initial state of `step_fn` for `batch * beam_width` rows.
+        initial_state: initial state of `step_fn` for `batch * beam_width` rows.
         start_id: first decoder input.
         end_id: token that ends a sequence.
         limits: int32 `(batch,)`, most tokens source `b` may generate (each `<= max_length`).
@@ -166,79 +322,49 @@ def beam_search(
     limits = tf.cast(limits, tf.int32)
     batch = tf.shape(limits)[0]
     beam = beam_width
-    alive_tokens = tf.zeros((batch, beam, max_length), tf.int32)
     # Only beam 0 is live at first, so the first expansion does not pick the same token K times.
     first_beam = tf.concat([[0.0], tf.fill((beam - 1,), NEG_INF)], axis=0)
-    alive_log_prob = tf.tile(first_beam[None], (batch, 1))
-    finished_tokens = tf.zeros((batch, beam, max_length), tf.int32)
-    finished_scores = tf.fill((batch, beam), NEG_INF)
-    done = tf.zeros((batch,), tf.bool)
-
-    def cond(step, alive_tokens, alive_log_prob, finished_tokens, finished_scores, done, state):
-        return tf.logical_and(step < max_length, tf.logical_not(tf.reduce_all(done)))
-
-    def body(step, alive_tokens, alive_log_prob, finished_tokens, finished_scores, done, state):
-        previous = tf.where(
-            step > 0, tf.gather(alive_tokens, tf.maximum(step - 1, 0), axis=2), start_id
-        )
-        log_probs, new_state = step_fn(tf.reshape(previous, (-1,)), step, state)
-        # Two stages: only a prefix's own 2K best tokens can be among its source's 2K best
-        # candidates, so the search over `beam * vocab` candidates shrinks to `beam * 2K`.
-        per_prefix = _smaller(2 * beam, log_probs.shape[-1] or tf.shape(log_probs)[-1])
-        prefix_log_prob, prefix_token = tf.math.top_k(log_probs, k=per_prefix)
-        candidates = alive_log_prob[:, :, None] + tf.reshape(prefix_log_prob, (batch, beam, -1))
-        top_log_prob, top_index = tf.math.top_k(tf.reshape(candidates, (batch, -1)), k=2 * beam)
-        origin = top_index // per_prefix
-        token = tf.gather(tf.reshape(prefix_token, (batch, -1)), top_index, batch_dims=1)
-        sequences = write_column(tf.gather(alive_tokens, origin, batch_dims=1), step, token)
-        length_norm = length_penalty(step + 1, alpha)
-
-        is_end = tf.logical_and(tf.equal(token, end_id), stop_at_end)
-        new_alive_log_prob, pick = tf.math.top_k(
-            tf.where(is_end, NEG_INF, top_log_prob), k=beam
-        )
-        new_alive_tokens = tf.gather(sequences, pick, batch_dims=1)
-        new_origin = tf.gather(origin, pick, batch_dims=1)
-
-        within_beam = tf.range(2 * beam)[None] < beam
-        end_scores = tf.where(
-            tf.logical_and(is_end, within_beam), top_log_prob / length_norm, NEG_INF
-        )
-        at_limit = step + 1 >= limits
-        limit_scores = tf.where(at_limit[:, None], new_alive_log_prob / length_norm, NEG_INF)
-        pool_scores, pool_pick = tf.math.top_k(
-            tf.concat([finished_scores, end_scores, limit_scores], axis=1), k=beam
-        )
-        pool_tokens = tf.gather(
-            tf.concat([finished_tokens, sequences, new_alive_tokens], axis=1),
-            pool_pick,
-            batch_dims=1,
-        )
-
-        best_alive = new_alive_log_prob[:, 0] / length_norm
-        settled = tf.logical_and(stop_at_end, pool_scores[:, -1] >= best_alive)
-        rows = tf.reshape(tf.range(batch)[:, None] * beam + new_origin, (-1,))
-        # Rows already done keep their results, so batching never changes a row's answer.
-        keep = done[:, None]
-        return _with_shapes_of(
-            (
-                step + 1,
-                tf.where(keep[..., None], alive_tokens, new_alive_tokens),
-                tf.where(keep, alive_log_prob, new_alive_log_prob),
-                tf.where(keep[..., None], finished_tokens, pool_tokens),
-                tf.where(keep, finished_scores, pool_scores),
-                tf.logical_or(done, tf.logical_or(settled, at_limit)),
-                tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), new_state),
-            ),
-            (step, alive_tokens, alive_log_prob, finished_tokens, finished_scores, done, state),
-        )
-
-    _, _, _, finished_tokens, finished_scores, _, _ = tf.while_loop(
-        cond,
-        body,
-        (tf.constant(0), alive_tokens, alive_log_prob, finished_tokens, finished_scores, done,
-         state),
+    initial = BeamState(
+        step=tf.constant(0),
+        alive_tokens=tf.zeros((batch, beam, max_length), tf.int32),
+        alive_log_prob=tf.tile(first_beam[None], (batch, 1)),
+        finished_tokens=tf.zeros((batch, beam, max_length), tf.int32),
+        finished_scores=tf.fill((batch, beam), NEG_INF),
+        done=tf.zeros((batch,), tf.bool),
+        model_state=initial_state,
     )
-    tokens = finished_tokens[:, 0]
+
+    def cond(state: BeamState):
+        return tf.logical_and(state.step < max_length, tf.logical_not(tf.reduce_all(state.done)))
+
+    def body(state: BeamState) -> BeamState:
+        log_probs, model_state = step_fn(
+            _previous_tokens(state, start_id), state.step, state.model_state
+        )
+        candidates = _expand(state, log_probs, beam)
+        is_end = tf.logical_and(tf.equal(candidates.token, end_id), stop_at_end)
+        alive_log_prob, alive_tokens, origin = _surviving_prefixes(candidates, is_end, beam)
+        length_norm = length_penalty(state.step + 1, alpha)
+        at_limit = state.step + 1 >= limits
+        finished_scores, finished_tokens = _finished_pool(
+            state, candidates, is_end, alive_log_prob, alive_tokens, at_limit, length_norm, beam
+        )
+        settled = tf.logical_and(
+            stop_at_end, finished_scores[:, -1] >= alive_log_prob[:, 0] / length_norm
+        )
+        rows = tf.reshape(tf.range(batch)[:, None] * beam + origin, (-1,))
+        new = BeamState(
+            step=state.step + 1,
+            alive_tokens=alive_tokens,
+            alive_log_prob=alive_log_prob,
+            finished_tokens=finished_tokens,
+            finished_scores=finished_scores,
+            done=tf.logical_or(state.done, tf.logical_or(settled, at_limit)),
+            model_state=tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), model_state),
+        )
+        return _with_shapes_of(_freeze_done_rows(state, new), state)
+
+    final = _run_loop(cond, body, initial)
+    tokens = final.finished_tokens[:, 0]
     tokens = tf.where(tf.equal(tokens, end_id), 0, tokens) if stop_at_end else tokens
-    return tokens, finished_scores[:, 0]
+    return tokens, final.finished_scores[:, 0]

@@ -14,13 +14,13 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.inference.decoding import SequenceDecoder
+from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH, MAX_BEAM_WIDTH
 
+# The export's signatures, what servers and clients call by name.
 SERVING_SIGNATURE = "serving_default"
 TOKENS_SIGNATURE = "translate_tokens"
 OPTIONS_SIGNATURE = "translate_with_options"
 ATTENTION_SIGNATURE = "attention"
-# Widest beam a request may ask `translate_with_options` for (cost grows linearly with it).
-MAX_BEAM_WIDTH = 16
 
 
 def _trim_padding(tokens):
@@ -42,14 +42,24 @@ class Translator(tf.Module):
         source_tokenizer: tokenizer `tf.Module` of the source language (`tokenize`).
         target_tokenizer: tokenizer `tf.Module` of the target language (`detokenize`, `lookup`,
             `start_id`, `end_id`).
-        beam_width: 1 for greedy decoding, more for beam search.
+        beam_width: 1 for greedy decoding, more for beam search (keyword-only, as the options
+            below).
         alpha: GNMT length-penalty exponent (scores, and beam rankings).
-        max_length: most target tokens per sentence; default source length + 50, capped at the
-            model's `max_length`.
+        max_length: most target tokens per sentence; default source length +
+            `DEFAULT_EXTRA_LENGTH`, capped at the model's `max_length`.
 
     Example:
-        >>> translator = Translator(run.model, run.source_tokenizer, run.target_tokenizer)
-        >>> translator.translate(tf.constant(["Ein Mann fährt Fahrrad."]))["translation"]
+        >>> from keras_transformer import TransformerConfig, build_transformer
+        >>> from keras_transformer.text.tokenizer import RESERVED_TOKENS, SubwordTokenizer
+        >>> import tempfile
+        >>> words = SubwordTokenizer.from_tokens(
+        ...     [*RESERVED_TOKENS, "one", "two", "three"], tempfile.mkdtemp())
+        >>> model = build_transformer(TransformerConfig(source_vocab_size=words.vocab_size,
+        ...     target_vocab_size=words.vocab_size, num_encoder_layers=1, num_decoder_layers=1,
+        ...     d_model=8, num_heads=2, d_ff=16, max_length=16))
+        >>> translator = Translator(model, words, words, beam_width=2)
+        >>> translator.translate(tf.constant(["one two", "three"]))["translation"].shape
+        TensorShape([2])
     """
 
     def __init__(
@@ -57,8 +67,9 @@ class Translator(tf.Module):
         model: keras.Model,
         source_tokenizer: tf.Module,
         target_tokenizer: tf.Module,
-        beam_width: int = 4,
-        alpha: float = 0.6,
+        *,
+        beam_width: int = DEFAULT_BEAM_WIDTH,
+        alpha: float = DEFAULT_ALPHA,
         max_length: int | None = None,
     ):
         super().__init__(name="translator")
@@ -80,7 +91,12 @@ class Translator(tf.Module):
 
     def _translate_ids(self, source_tokens):
         return self._outputs(
-            *self._decoder.decode(source_tokens, self.beam_width, self.alpha, self.max_length)
+            *self._decoder.decode(
+                source_tokens,
+                beam_width=self.beam_width,
+                alpha=self.alpha,
+                max_length=self.max_length,
+            )
         )
 
     def _outputs(self, tokens, scores):
@@ -132,7 +148,10 @@ class Translator(tf.Module):
         # Beam search with a width of 1 is greedy search (tested), so one graph serves both.
         return self._outputs(
             *self._decoder.beam_search(
-                self._source_tokens(text), beam_width, alpha, self.max_length
+                self._source_tokens(text),
+                beam_width=beam_width,
+                alpha=alpha,
+                max_length=self.max_length,
             )
         )
 

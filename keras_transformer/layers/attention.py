@@ -11,6 +11,11 @@ from tensorflow.python.ops import control_flow_util  # no public way to ask "und
 
 from keras_transformer.layers import masks
 from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.initializers import (
+    clone_initializer,
+    get_initializer,
+    serialize_initializer,
+)
 
 
 def masked_softmax(scores, mask):
@@ -118,12 +123,15 @@ class MultiHeadAttention(keras.layers.Layer):
     Queries, keys and values are projected to `d_model`, split into `num_heads` heads of
     `d_k = d_model / num_heads`, attended per head, concatenated and projected back to `d_model`.
 
+    Masks are explicit arguments (see `keras_transformer.layers.masks` for the naming scheme);
+    the layer neither reads nor sets Keras' implicit masks.
+
     Key/value cache (for decoding):
         - Cross-attention: `compute_key_value(encoder_output)` once per source gives
-          `(keys, values)`; pass it as `cache` with `cache_index=None` and `value=None`.
+          `(keys, values)`; pass it as `cache` with `value=None` and no `cache_index`.
         - Self-attention: start from zeros `(batch, num_heads, max_length, d_k)` twice; at step `t`
-          pass `cache=(keys, values), cache_index=t` and the new token(s) as `query`/`value`. The
-          new keys/values are written at `t` and the returned cache is the updated one. With
+          pass `cache=(keys, values), cache_index=t` and the new token(s) as `query`. The new
+          keys/values are written at `t` and the returned cache is the updated one. With
           `use_causal_mask=True` slots after the current position are masked, so the fixed-size
           cache keeps shapes static inside `tf.while_loop` and XLA.
 
@@ -131,18 +139,21 @@ class MultiHeadAttention(keras.layers.Layer):
         num_heads: number of heads; must divide `d_model`.
         d_model: model width.
         dropout: dropout rate on the attention weights.
+        kernel_initializer: initializer of the four projection kernels.
+        bias_initializer: initializer of the four projection biases.
 
     Call arguments:
         query: `(batch, query_length, d_model)`.
-        value: `(batch, key_length, d_model)`, or None with a precomputed `cache`.
+        value: `(batch, key_length, d_model)`; default: `query` (self-attention). Must be None
+            with a precomputed `cache`.
         key: `(batch, key_length, d_model)`; defaults to `value`.
-        query_mask: optional bool `(batch, query_length)`, True for real queries.
-        key_mask: optional bool `(batch, key_length)`, True for real keys.
+        query_padding_mask: optional bool `(batch, query_length)`, True for real queries.
+        key_padding_mask: optional bool `(batch, key_length)`, True for real keys.
         use_causal_mask: mask keys in each query's future (decoder self-attention).
         attention_mask: optional precomputed bool mask broadcastable to `(batch, num_heads,
             query_length, key_length)` (see `masks.attention_mask`), used instead of
-            `query_mask`, `key_mask` and `use_causal_mask`: stacks compute it once for all
-            their layers.
+            `query_padding_mask`, `key_padding_mask` and `use_causal_mask`: stacks compute it
+            once for all their layers.
         cache: optional `(keys, values)`, each `(batch, num_heads, cache_length, d_k)`.
         cache_index: position at which to write the new keys/values into `cache`.
         return_attention_scores: also return the weights `(batch, num_heads, query_length,
@@ -153,17 +164,28 @@ class MultiHeadAttention(keras.layers.Layer):
         `(batch, query_length, d_model)`; then the attention weights if
         `return_attention_scores`; then the updated cache if `cache_index` is given.
 
+    Raises:
+        ValueError: for a `cache_index` without a `cache`, or a precomputed `cache` together
+            with `value` or `key`.
+
     Example:
         >>> attention = MultiHeadAttention(num_heads=2, d_model=8)
         >>> x = np.random.rand(2, 5, 8).astype("float32")
-        >>> attention(x, x, use_causal_mask=True).shape
+        >>> tuple(attention(x, x, use_causal_mask=True).shape)
         (2, 5, 8)
     """
 
-    def __init__(self, num_heads: int, d_model: int, dropout: float = 0.0, **kwargs):
+    def __init__(
+        self,
+        *,
+        num_heads: int,
+        d_model: int,
+        dropout: float = 0.0,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        # Outputs line up with the query positions, so an implicit padding mask rides through.
-        self.supports_masking = True
         if d_model % num_heads:
             raise ValueError(
                 f"num_heads ({num_heads}) must divide d_model ({d_model}) so that every head "
@@ -173,19 +195,37 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model = d_model
         self.d_k = d_model // num_heads
         self.dropout = dropout
-        self.query_dense = keras.layers.Dense(d_model, name="query", dtype=self.dtype_policy)
-        self.key_dense = keras.layers.Dense(d_model, name="key", dtype=self.dtype_policy)
-        self.value_dense = keras.layers.Dense(d_model, name="value", dtype=self.dtype_policy)
-        self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
+        self.kernel_initializer = get_initializer(kernel_initializer)
+        self.bias_initializer = get_initializer(bias_initializer)
+        self.query_dense = self._projection("query")
+        self.key_dense = self._projection("key")
+        self.value_dense = self._projection("value")
+        self.output_dense = self._projection("output")
         self.weights_dropout = Dropout(dropout, dtype=self.dtype_policy)
+
+    def _projection(self, name: str) -> keras.layers.Dense:
+        return keras.layers.Dense(
+            self.d_model,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            name=name,
+            dtype=self.dtype_policy,
+        )
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
-        self.query_dense.build(query_shape)
-        self.key_dense.build(key_shape)
-        self.value_dense.build(value_shape)
-        self.output_dense.build((*query_shape[:-1], self.d_model))
+        projections = (
+            (self.query_dense, query_shape),
+            (self.key_dense, key_shape),
+            (self.value_dense, value_shape),
+            (self.output_dense, (*query_shape[:-1], self.d_model)),
+        )
+        # `compute_key_value` may have built the key and value projections already (the
+        # cross-attention caches of a decoder that was not called yet).
+        for projection, shape in projections:
+            if not projection.built:
+                projection.build(shape)
         self.built = True
 
     def _split_heads(self, x):
@@ -216,8 +256,8 @@ class MultiHeadAttention(keras.layers.Layer):
         query,
         value=None,
         key=None,
-        query_mask=None,
-        key_mask=None,
+        query_padding_mask=None,
+        key_padding_mask=None,
         use_causal_mask=False,
         attention_mask=None,
         cache=None,
@@ -225,10 +265,21 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
+        if cache_index is not None and cache is None:
+            raise ValueError(
+                "MultiHeadAttention: cache_index needs a cache to write the new keys and values "
+                "into (start from zeros of shape (batch, num_heads, max_length, d_k))"
+            )
         if cache is not None and cache_index is None:
+            if value is not None or key is not None:
+                raise ValueError(
+                    "MultiHeadAttention: a cache without cache_index holds precomputed keys and "
+                    "values (compute_key_value); pass value=None and key=None with it, or give "
+                    "cache_index to write new ones into the cache"
+                )
             keys, values = cache
         else:
-            keys, values = self.compute_key_value(value, key)
+            keys, values = self.compute_key_value(query if value is None else value, key)
             if cache_index is not None:
                 keys = write_to_cache(cache[0], cache_index, keys)
                 values = write_to_cache(cache[1], cache_index, values)
@@ -242,8 +293,8 @@ class MultiHeadAttention(keras.layers.Layer):
             attention_mask = masks.attention_mask(
                 ops.shape(queries)[2],
                 ops.shape(keys)[2],
-                query_mask=query_mask,
-                key_mask=key_mask,
+                query_padding_mask=query_padding_mask,
+                key_padding_mask=key_padding_mask,
                 use_causal_mask=use_causal_mask,
                 offset=0 if cache_index is None else cache_index,
             )
@@ -264,5 +315,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_heads=self.num_heads, d_model=self.d_model, dropout=self.dropout)
+        config.update(
+            num_heads=self.num_heads,
+            d_model=self.d_model,
+            dropout=self.dropout,
+            kernel_initializer=serialize_initializer(self.kernel_initializer),
+            bias_initializer=serialize_initializer(self.bias_initializer),
+        )
         return config

@@ -7,26 +7,40 @@ from keras import ops
 
 from keras_transformer.layers import masks
 from keras_transformer.layers.base import LayerStack, TransformerLayer
-from keras_transformer.layers.residual import sublayer_input, sublayer_output
+
+
+def check_decoder_inputs(encoder_output, cross_attention_cache, self_attention_cache, cache_index):
+    """Raises a `ValueError` naming the mistake for inputs the cache API does not take (which
+    would otherwise fail deep inside a projection, or silently attend to the wrong keys)."""
+    if encoder_output is None and cross_attention_cache is None:
+        raise ValueError(
+            "the decoder needs encoder_output, or cross-attention caches (keys and values of "
+            "the encoder output from MultiHeadAttention.compute_key_value) instead of it"
+        )
+    if encoder_output is not None and cross_attention_cache is not None:
+        raise ValueError(
+            "give the decoder encoder_output or its cross-attention caches, not both"
+        )
+    if (self_attention_cache is None) != (cache_index is None):
+        raise ValueError(
+            "self-attention caches and cache_index go together: cache_index is the position "
+            "at which the new token's keys and values are written into the caches"
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderLayer(TransformerLayer):
     """Causal self-attention, cross-attention over the encoder output, then a feed-forward network,
-    each wrapped in residual Add & Norm.
+    each inside its residual Add & Norm (`self_attention`, `cross_attention` and
+    `feed_forward`, three `AddNorm`s).
 
     Args:
-        d_model: model width.
-        num_heads: attention heads (must divide `d_model`).
-        d_ff: inner width of the feed-forward network.
-        dropout: dropout on sub-layer outputs, attention weights and FFN activations.
-        norm_first: pre-LN instead of the paper's post-LN.
-        activation: FFN activation.
+        d_model, num_heads, d_ff, dropout, norm_first, activation, layer_norm_epsilon,
+        kernel_initializer, bias_initializer: keyword-only, see `TransformerBlock`.
 
     Call arguments:
         x: embedded target `(batch, target_length, d_model)`.
-        encoder_output: `(batch, source_length, d_model)`; may be None with
-            `cross_attention_cache`.
+        encoder_output: `(batch, source_length, d_model)`; None with `cross_attention_cache`.
         self_attention_mask: optional bool, broadcastable to `(batch, num_heads, target_length,
             key_length)`: `masks.attention_mask` of the target padding mask with the causal
             mask (offset by `cache_index` when decoding; `key_length` is then the cache's).
@@ -37,7 +51,8 @@ class DecoderLayer(TransformerLayer):
         self_attention_cache: `(keys, values)`, each `(batch, num_heads, max_length, d_k)`, used
             with `cache_index` for step-by-step decoding.
         cross_attention_cache: `(keys, values)` of the encoder output from
-            `MultiHeadAttention.compute_key_value`, each `(batch, num_heads, source_length, d_k)`.
+            `MultiHeadAttention.compute_key_value`, each `(batch, num_heads, source_length, d_k)`,
+            instead of `encoder_output`.
         cache_index: position of `x`'s first token when decoding with a cache.
         return_attention_scores: also return the cross-attention weights
             `(batch, num_heads, target_length, source_length)`.
@@ -46,27 +61,26 @@ class DecoderLayer(TransformerLayer):
     Returns:
         `(batch, target_length, d_model)`; then the cross-attention weights if asked; then the
         updated self-attention cache if `cache_index` is given.
+
+    Raises:
+        ValueError: without `encoder_output` or `cross_attention_cache`, with both, or with one
+            of `self_attention_cache` and `cache_index` but not the other.
+
+    Example:
+        >>> layer = DecoderLayer(d_model=16, num_heads=2, d_ff=32)
+        >>> tuple(layer(np.zeros((2, 4, 16)), np.zeros((2, 6, 16))).shape)
+        (2, 4, 16)
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.self_attention, self.self_attention_norm, self.self_attention_dropout = (
-            self.attention_sublayer("self_attention")
-        )
-        self.cross_attention, self.cross_attention_norm, self.cross_attention_dropout = (
-            self.attention_sublayer("cross_attention")
-        )
-        self.feed_forward, self.feed_forward_norm, self.feed_forward_dropout = (
-            self.feed_forward_sublayer()
-        )
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.self_attention = self.attention_sublayer("self_attention")
+        self.cross_attention = self.attention_sublayer("cross_attention")
+        self.feed_forward = self.feed_forward_sublayer()
 
     def build(self, input_shape):
-        encoder_shape = (input_shape[0], None, self.d_model)
-        self.self_attention.build(input_shape, input_shape)
-        self.cross_attention.build(input_shape, encoder_shape)
-        for norm in (self.self_attention_norm, self.cross_attention_norm, self.feed_forward_norm):
-            norm.build(input_shape)
-        self.feed_forward.build(input_shape)
+        for sublayer in (self.self_attention, self.cross_attention, self.feed_forward):
+            sublayer.build(input_shape)
         self.built = True
 
     def call(
@@ -81,40 +95,34 @@ class DecoderLayer(TransformerLayer):
         return_attention_scores=False,
         training=None,
     ):
-        h = sublayer_input(x, self.self_attention_norm, self.norm_first)
-        attended = self.self_attention(
-            h,
-            h,
-            use_causal_mask=True,  # when no self_attention_mask is given
+        check_decoder_inputs(
+            encoder_output, cross_attention_cache, self_attention_cache, cache_index
+        )
+        if cache_index is not None:
+            # A tensor like the caches: Keras refuses a call argument that mixes tensors and
+            # plain Python values, and AddNorm passes these together.
+            cache_index = ops.convert_to_tensor(cache_index, "int32")
+        x = self.self_attention(
+            x,
             attention_mask=self_attention_mask,
             cache=self_attention_cache,
             cache_index=cache_index,
+            sublayer_options={"use_causal_mask": True},  # when no self_attention_mask is given
             training=training,
         )
         if cache_index is not None:
-            attended, self_attention_cache = attended
-        x = sublayer_output(
-            x, attended, self.self_attention_norm, self.self_attention_dropout,
-            self.norm_first, training,
-        )
-
-        h = sublayer_input(x, self.cross_attention_norm, self.norm_first)
-        attended = self.cross_attention(
-            h,
+            x, self_attention_cache = x
+        x = self.cross_attention(
+            x,
             encoder_output,
             attention_mask=cross_attention_mask,
             cache=cross_attention_cache,
-            return_attention_scores=return_attention_scores,
+            sublayer_options={"return_attention_scores": return_attention_scores},
             training=training,
         )
         if return_attention_scores:
-            attended, weights = attended
-        x = sublayer_output(
-            x, attended, self.cross_attention_norm, self.cross_attention_dropout,
-            self.norm_first, training,
-        )
-
-        results = (self.feed_forward_residual(x, training),)
+            x, weights = x
+        results = (self.feed_forward(x, training=training),)
         if return_attention_scores:
             results += (weights,)
         if cache_index is not None:
@@ -133,16 +141,17 @@ class Decoder(LayerStack):
 
     Args:
         num_layers: N.
-        d_model, num_heads, d_ff, dropout, norm_first, activation: as for `DecoderLayer`.
+        d_model, num_heads, d_ff, dropout, norm_first, activation, layer_norm_epsilon,
+        kernel_initializer, bias_initializer: keyword-only, as for `DecoderLayer`.
 
     Call arguments:
         x: embedded target `(batch, target_length, d_model)`.
-        encoder_output: `(batch, source_length, d_model)`; None when `cross_attention_caches`
-            are given.
-        source_mask: optional bool `(batch, source_length)`.
-        target_mask: optional bool `(batch, target_length)`.
+        encoder_output: `(batch, source_length, d_model)`; None with `cross_attention_caches`.
+        padding_mask: optional bool `(batch, target_length)`, True for real target tokens.
+        encoder_padding_mask: optional bool `(batch, source_length)`, True for real source
+            tokens.
         self_attention_caches: one `(keys, values)` per layer (with `cache_index`).
-        cross_attention_caches: one `(keys, values)` per layer.
+        cross_attention_caches: one `(keys, values)` per layer, instead of `encoder_output`.
         cache_index: position of `x`'s first token when decoding with caches.
         return_attention_scores: also return the per-layer cross-attention weights, a tuple of
             `(batch, num_heads, target_length, source_length)`.
@@ -151,10 +160,27 @@ class Decoder(LayerStack):
     Returns:
         decoder output `(batch, target_length, d_model)`; then the cross-attention weights if
         asked; then the updated self-attention caches if `cache_index` is given.
+
+    Raises:
+        ValueError: as `DecoderLayer`, or for caches that are not one per layer.
+
+    Example:
+        >>> decoder = Decoder(2, d_model=16, num_heads=2, d_ff=32)
+        >>> encoder_output = np.zeros((2, 6, 16))
+        >>> tuple(decoder(np.zeros((2, 4, 16)), encoder_output).shape)
+        (2, 4, 16)
+        >>> caches = decoder.initial_self_attention_caches(batch_size=2, max_length=4)
+        >>> step, caches = decoder(np.zeros((2, 1, 16)),
+        ...     cross_attention_caches=decoder.cross_attention_caches(encoder_output),
+        ...     self_attention_caches=caches, cache_index=0)
+        >>> tuple(step.shape)
+        (2, 1, 16)
     """
 
     def make_block(self, index: int) -> DecoderLayer:
-        return DecoderLayer(name=f"decoder_layer_{index}", **self.sublayer_options())
+        return DecoderLayer(
+            name=f"decoder_layer_{index}", dtype=self.dtype_policy, **self.block_arguments()
+        )
 
     def cross_attention_caches(self, encoder_output):
         """Keys and values of the encoder output for every layer, computed once per source.
@@ -167,7 +193,7 @@ class Decoder(LayerStack):
             `(batch, num_heads, source_length, d_k)`.
         """
         return tuple(
-            layer.cross_attention.compute_key_value(encoder_output)
+            layer.cross_attention.sublayer.compute_key_value(encoder_output)
             for layer in self.blocks
         )
 
@@ -186,14 +212,26 @@ class Decoder(LayerStack):
         self,
         x,
         encoder_output=None,
-        source_mask=None,
-        target_mask=None,
+        padding_mask=None,
+        encoder_padding_mask=None,
         self_attention_caches=None,
         cross_attention_caches=None,
         cache_index=None,
         return_attention_scores=False,
         training=None,
     ):
+        check_decoder_inputs(
+            encoder_output, cross_attention_caches, self_attention_caches, cache_index
+        )
+        for name, caches in (
+            ("self_attention_caches", self_attention_caches),
+            ("cross_attention_caches", cross_attention_caches),
+        ):
+            if caches is not None and len(caches) != self.num_layers:
+                raise ValueError(
+                    f"{name} must hold one (keys, values) pair per layer ({self.num_layers}), "
+                    f"got {len(caches)}"
+                )
         x = self.input_dropout(x, training=training)
         # Computed once for all layers. With caches, the keys are the cache's slots and the
         # queries sit at `cache_index`, so slots not yet written are in the future.
@@ -203,11 +241,15 @@ class Decoder(LayerStack):
         else:
             key_length = ops.shape(self_attention_caches[0][0])[2]
         self_attention_mask = masks.attention_mask(
-            query_length, key_length, query_mask=target_mask, key_mask=target_mask,
-            use_causal_mask=True, offset=0 if cache_index is None else cache_index,
+            query_length,
+            key_length,
+            query_padding_mask=padding_mask,
+            key_padding_mask=padding_mask,
+            use_causal_mask=True,
+            offset=0 if cache_index is None else cache_index,
         )
         cross_attention_mask = masks.attention_mask(
-            None, None, query_mask=target_mask, key_mask=source_mask
+            None, None, query_padding_mask=padding_mask, key_padding_mask=encoder_padding_mask
         )
         all_weights, new_caches = [], []
         for index, layer in enumerate(self.blocks):
@@ -239,8 +281,3 @@ class Decoder(LayerStack):
         if cache_index is not None:
             results += (tuple(new_caches),)
         return results[0] if len(results) == 1 else results
-
-    def compute_mask(self, x, mask=None):
-        # Stop the implicit mask here: losses and metrics mask padding explicitly, and a mask on
-        # the logits would make Keras weight the loss a second time.
-        return None

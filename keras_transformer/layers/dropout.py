@@ -34,8 +34,8 @@ class Dropout(keras.layers.Layer):
 
     Example:
         >>> layer = Dropout(0.5, seed=1)
-        >>> layer(keras.ops.ones((2, 3)), training=True).shape
-        TensorShape([2, 3])
+        >>> tuple(layer(keras.ops.ones((2, 3)), training=True).shape)
+        (2, 3)
     """
 
     def __init__(self, rate: float, seed: int | None = None, **kwargs):
@@ -47,7 +47,6 @@ class Dropout(keras.layers.Layer):
         self.seed = seed
         if self.threshold:  # as keras.layers.Dropout: no random stream when nothing drops
             self.seed_generator = keras.random.SeedGenerator(seed)
-        self.supports_masking = True
         self.built = True
 
     def call(self, inputs, training=False):

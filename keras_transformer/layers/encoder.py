@@ -7,24 +7,20 @@ from keras import ops
 
 from keras_transformer.layers import masks
 from keras_transformer.layers.base import LayerStack, TransformerLayer
-from keras_transformer.layers.residual import sublayer_input, sublayer_output
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class EncoderLayer(TransformerLayer):
-    """Self-attention then a feed-forward network, each wrapped in residual Add & Norm.
+    """Self-attention then a feed-forward network, each inside its residual Add & Norm
+    (`self_attention` and `feed_forward`, two `AddNorm`s).
 
     Args:
-        d_model: model width.
-        num_heads: attention heads (must divide `d_model`).
-        d_ff: inner width of the feed-forward network.
-        dropout: dropout on sub-layer outputs, attention weights and FFN activations.
-        norm_first: pre-LN instead of the paper's post-LN.
-        activation: FFN activation.
+        d_model, num_heads, d_ff, dropout, norm_first, activation, layer_norm_epsilon,
+        kernel_initializer, bias_initializer: keyword-only, see `TransformerBlock`.
 
     Call arguments:
         x: `(batch, source_length, d_model)`.
-        attention_mask: optional bool, broadcastable to `(batch, num_heads, source_length,
+        self_attention_mask: optional bool, broadcastable to `(batch, num_heads, source_length,
             source_length)`: `masks.attention_mask` of the source padding mask.
         return_attention_scores: also return `(batch, num_heads, source_length, source_length)`.
         training: enables dropout.
@@ -34,44 +30,33 @@ class EncoderLayer(TransformerLayer):
 
     Example:
         >>> layer = EncoderLayer(d_model=16, num_heads=2, d_ff=32)
-        >>> mask = masks.attention_mask(5, 5, np.ones((2, 5), bool), np.ones((2, 5), bool))
-        >>> layer(np.zeros((2, 5, 16)), attention_mask=mask).shape
+        >>> real = np.array([[True, True, True, False, False]] * 2)
+        >>> mask = masks.attention_mask(5, 5, query_padding_mask=real, key_padding_mask=real)
+        >>> tuple(layer(np.zeros((2, 5, 16)), self_attention_mask=mask).shape)
         (2, 5, 16)
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.self_attention, self.self_attention_norm, self.self_attention_dropout = (
-            self.attention_sublayer("self_attention")
-        )
-        self.feed_forward, self.feed_forward_norm, self.feed_forward_dropout = (
-            self.feed_forward_sublayer()
-        )
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.self_attention = self.attention_sublayer("self_attention")
+        self.feed_forward = self.feed_forward_sublayer()
 
     def build(self, input_shape):
-        self.self_attention.build(input_shape, input_shape)
-        self.self_attention_norm.build(input_shape)
+        self.self_attention.build(input_shape)
         self.feed_forward.build(input_shape)
-        self.feed_forward_norm.build(input_shape)
         self.built = True
 
-    def call(self, x, attention_mask=None, return_attention_scores=False, training=None):
-        h = sublayer_input(x, self.self_attention_norm, self.norm_first)
-        attended = self.self_attention(
-            h,
-            h,
-            attention_mask=attention_mask,
-            return_attention_scores=return_attention_scores,
+    def call(self, x, self_attention_mask=None, return_attention_scores=False, training=None):
+        x = self.self_attention(
+            x,
+            attention_mask=self_attention_mask,
+            sublayer_options={"return_attention_scores": return_attention_scores},
             training=training,
         )
         if return_attention_scores:
-            attended, weights = attended
-        x = sublayer_output(
-            x, attended, self.self_attention_norm, self.self_attention_dropout,
-            self.norm_first, training,
-        )
-        x = self.feed_forward_residual(x, training)
-        return (x, weights) if return_attention_scores else x
+            x, weights = x
+            return self.feed_forward(x, training=training), weights
+        return self.feed_forward(x, training=training)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -81,24 +66,35 @@ class Encoder(LayerStack):
 
     Args:
         num_layers: N.
-        d_model, num_heads, d_ff, dropout, norm_first, activation: as for `EncoderLayer`.
+        d_model, num_heads, d_ff, dropout, norm_first, activation, layer_norm_epsilon,
+        kernel_initializer, bias_initializer: keyword-only, as for `EncoderLayer`.
 
     Call arguments:
         x: embedded source `(batch, source_length, d_model)`.
-        padding_mask: optional bool `(batch, source_length)`.
+        padding_mask: optional bool `(batch, source_length)`, True for real source tokens.
         training: enables dropout.
 
     Returns:
         encoder output `(batch, source_length, d_model)`.
+
+    Example:
+        >>> encoder = Encoder(2, d_model=16, num_heads=2, d_ff=32)
+        >>> tuple(encoder(np.zeros((2, 5, 16)), padding_mask=np.ones((2, 5), bool)).shape)
+        (2, 5, 16)
     """
 
     def make_block(self, index: int) -> EncoderLayer:
-        return EncoderLayer(name=f"encoder_layer_{index}", **self.sublayer_options())
+        return EncoderLayer(
+            name=f"encoder_layer_{index}", dtype=self.dtype_policy, **self.block_arguments()
+        )
 
     def call(self, x, padding_mask=None, training=None):
         x = self.input_dropout(x, training=training)
         length = ops.shape(x)[1]
-        mask = masks.attention_mask(length, length, query_mask=padding_mask, key_mask=padding_mask)
+        # Computed once for all layers.
+        mask = masks.attention_mask(
+            length, length, query_padding_mask=padding_mask, key_padding_mask=padding_mask
+        )
         for block in self.blocks:
-            x = block(x, attention_mask=mask, training=training)
+            x = block(x, self_attention_mask=mask, training=training)
         return self.normalize_output(x)

@@ -5,6 +5,11 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.initializers import (
+    clone_initializer,
+    get_initializer,
+    serialize_initializer,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -16,6 +21,8 @@ class FeedForward(keras.layers.Layer):
         d_ff: inner width.
         dropout: dropout rate on the inner activations.
         activation: inner activation (the paper's ReLU by default).
+        kernel_initializer: initializer of W1 and W2.
+        bias_initializer: initializer of b1 and b2.
 
     Call arguments:
         x: `(batch, length, d_model)`.
@@ -25,25 +32,44 @@ class FeedForward(keras.layers.Layer):
         `(batch, length, d_model)`.
 
     Example:
-        >>> FeedForward(d_model=8, d_ff=32)(np.zeros((2, 3, 8))).shape
+        >>> tuple(FeedForward(d_model=8, d_ff=32)(np.zeros((2, 3, 8))).shape)
         (2, 3, 8)
     """
 
     def __init__(
-        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", **kwargs
+        self,
+        *,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
     ):
         super().__init__(**kwargs)
-        # Outputs line up with the query positions, so an implicit padding mask rides through.
-        self.supports_masking = True
         self.d_model = d_model
         self.d_ff = d_ff
         self.dropout = dropout
         self.activation = activation
+        self.kernel_initializer = get_initializer(kernel_initializer)
+        self.bias_initializer = get_initializer(bias_initializer)
         self.inner_dense = keras.layers.Dense(
-            d_ff, activation=activation, name="inner", dtype=self.dtype_policy
+            d_ff,
+            activation=activation,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            name="inner",
+            dtype=self.dtype_policy,
         )
         self.inner_dropout = Dropout(dropout, dtype=self.dtype_policy)
-        self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
+        self.output_dense = keras.layers.Dense(
+            d_model,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            name="output",
+            dtype=self.dtype_policy,
+        )
 
     def build(self, input_shape):
         self.inner_dense.build(input_shape)
@@ -60,6 +86,11 @@ class FeedForward(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout, activation=self.activation
+            d_model=self.d_model,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            activation=self.activation,
+            kernel_initializer=serialize_initializer(self.kernel_initializer),
+            bias_initializer=serialize_initializer(self.bias_initializer),
         )
         return config

@@ -1,7 +1,20 @@
-"""Boolean attention masks: True where attention is allowed.
+"""Boolean masks, True where a token is real or attention is allowed.
 
-Masks are computed once from token ids and passed explicitly to every attention call: Keras 3's
-implicit `_keras_mask` does not survive layers that do not declare `supports_masking`.
+Masks are explicit: computed once from token ids and passed as arguments to every layer that
+needs them. No layer of this package reads or sets Keras' implicit `_keras_mask` (it does not
+survive layers that do not declare `supports_masking`, and one left on the logits would make
+Keras apply it to every loss and metric as sample weights).
+
+Mask arguments are named by kind, after the sequence or attention they belong to:
+
+- `..._padding_mask`: bool `(batch, length)`, True at the real (non-padding) tokens of a
+  sequence. A layer's own input has plain `padding_mask` (`Encoder`, `Decoder`); other
+  sequences are named: `encoder_padding_mask` (`Decoder`), `query_padding_mask` and
+  `key_padding_mask` (`MultiHeadAttention`).
+- `..._attention_mask`: bool, broadcastable to `(batch, num_heads, query_length, key_length)`,
+  True where a query may attend to a key: `attention_mask` (`MultiHeadAttention`),
+  `self_attention_mask` (`EncoderLayer`, `DecoderLayer`), `cross_attention_mask`
+  (`DecoderLayer`). Stacks build them once with `attention_mask(...)` for all their layers.
 """
 
 from __future__ import annotations
@@ -46,7 +59,13 @@ def causal_mask(query_length, key_length, offset=0):
 
 
 def attention_mask(
-    query_length, key_length, query_mask=None, key_mask=None, use_causal_mask=False, offset=0
+    query_length,
+    key_length,
+    *,
+    query_padding_mask=None,
+    key_padding_mask=None,
+    use_causal_mask: bool = False,
+    offset=0,
 ):
     """Combines padding and look-ahead masks into one mask for the attention scores.
 
@@ -56,8 +75,8 @@ def attention_mask(
     Args:
         query_length: number of queries (used by the look-ahead mask only).
         key_length: number of keys (used by the look-ahead mask only).
-        query_mask: optional bool `(batch, query_length)`.
-        key_mask: optional bool `(batch, key_length)`.
+        query_padding_mask: optional bool `(batch, query_length)`, True for real queries.
+        key_padding_mask: optional bool `(batch, key_length)`, True for real keys.
         use_causal_mask: whether to add the look-ahead mask.
         offset: absolute position of the first query (cached decoding).
 
@@ -66,10 +85,10 @@ def attention_mask(
         nothing is masked.
     """
     mask = None
-    if query_mask is not None:
-        mask = ops.expand_dims(ops.expand_dims(query_mask, 1), 3)  # (batch, 1, query, 1)
-    if key_mask is not None:
-        keys = ops.expand_dims(ops.expand_dims(key_mask, 1), 2)  # (batch, 1, 1, key)
+    if query_padding_mask is not None:
+        mask = ops.expand_dims(ops.expand_dims(query_padding_mask, 1), 3)  # (batch, 1, query, 1)
+    if key_padding_mask is not None:
+        keys = ops.expand_dims(ops.expand_dims(key_padding_mask, 1), 2)  # (batch, 1, 1, key)
         mask = keys if mask is None else ops.logical_and(mask, keys)
     if use_causal_mask:
         causal = causal_mask(query_length, key_length, offset)[None, None]  # (1, 1, query, key)

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.layers.masks import PAD_ID, padding_mask
+from keras_transformer.layers.initializers import get_initializer, serialize_initializer
 
 
 def sinusoidal_encoding(max_length: int, d_model: int) -> np.ndarray:
@@ -37,8 +37,8 @@ def sinusoidal_encoding(max_length: int, d_model: int) -> np.ndarray:
 class PositionalEmbedding(keras.layers.Layer):
     """Embeds token ids and adds their positions' sinusoidal encoding.
 
-    Token id 0 is padding; the layer propagates a padding mask (`compute_mask`), although the
-    model passes masks explicitly to attention rather than relying on it.
+    Token id 0 is padding. The layer sets no Keras mask: padding masks are computed from the
+    token ids and passed explicitly (see `keras_transformer.layers.masks`).
 
     Called with `reverse=True` on decoder outputs, the layer is the tied output projection
     (Press and Wolf, 2017; the paper's section 3.4): logits = hidden @ embedding^T.
@@ -47,6 +47,7 @@ class PositionalEmbedding(keras.layers.Layer):
         vocab_size: number of token ids.
         d_model: embedding width.
         max_length: number of positions the encoding covers.
+        embeddings_initializer: initializer of the embedding matrix.
 
     Call arguments:
         token_ids: int tensor `(batch, length)`.
@@ -62,25 +63,32 @@ class PositionalEmbedding(keras.layers.Layer):
 
     Example:
         >>> layer = PositionalEmbedding(vocab_size=100, d_model=16, max_length=32)
-        >>> layer(np.array([[5, 7, 0]])).shape
+        >>> tuple(layer(np.array([[5, 7, 0]])).shape)
         (1, 3, 16)
     """
 
-    def __init__(self, vocab_size: int, d_model: int, max_length: int, **kwargs):
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        d_model: int,
+        max_length: int,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.max_length = max_length
-        self.supports_masking = True
+        self.embeddings_initializer = get_initializer(embeddings_initializer)
         self.token_embedding = keras.layers.ReversibleEmbedding(
             vocab_size,
             d_model,
+            embeddings_initializer=self.embeddings_initializer,
             reverse_dtype=self.compute_dtype,  # else matmul promotes to the float32 table
             name="token_embedding",
             dtype=self.dtype_policy,
         )
-        # This layer computes the padding mask; the inner one only passes hidden states through.
-        self.token_embedding.supports_masking = True
         self.encoding = sinusoidal_encoding(max_length, d_model)
 
     def build(self, input_shape):
@@ -98,11 +106,6 @@ class PositionalEmbedding(keras.layers.Layer):
         )
         return embedded + encoding[None]
 
-    def compute_mask(self, token_ids, mask=None):
-        if not keras.backend.is_int_dtype(token_ids.dtype):  # `reverse`: hidden states
-            return mask
-        return padding_mask(token_ids, PAD_ID)
-
     def compute_output_spec(self, token_ids, start_position=0, reverse=False):
         if reverse:
             shape = (*token_ids.shape[:-1], self.vocab_size)
@@ -112,6 +115,9 @@ class PositionalEmbedding(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            vocab_size=self.vocab_size, d_model=self.d_model, max_length=self.max_length
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            max_length=self.max_length,
+            embeddings_initializer=serialize_initializer(self.embeddings_initializer),
         )
         return config

@@ -56,15 +56,16 @@ def run_beam(tables, limits, beam_width, alpha, max_length):
     batch = len(tables)
     rows = tf.repeat(tf.range(batch), beam_width)
     tokens, scores = beam_search(
-        markov_step(tables), rows, START, END, limits, max_length, beam_width, alpha
+        markov_step(tables), initial_state=rows, start_id=START, end_id=END, limits=limits,
+        max_length=max_length, beam_width=beam_width, alpha=alpha,
     )
     return tokens.numpy(), scores.numpy()
 
 
 def run_greedy(tables, limits, alpha, max_length, stop_at_end=True):
     tokens, scores = greedy_search(
-        markov_step(tables), tf.range(len(tables)), START, END, limits, max_length, alpha,
-        stop_at_end,
+        markov_step(tables), initial_state=tf.range(len(tables)), start_id=START, end_id=END,
+        limits=limits, max_length=max_length, alpha=alpha, stop_at_end=stop_at_end,
     )
     return tokens.numpy(), scores.numpy()
 

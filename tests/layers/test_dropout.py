@@ -2,6 +2,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from harness import run_layer_test
 
 from keras_transformer.layers import Dropout
 
@@ -14,7 +15,7 @@ def test_inference_passes_inputs_through():
 @pytest.mark.parametrize("rate", [0.1, 0.3])
 def test_drops_the_byte_rounded_rate_and_keeps_the_mean(rate):
     inputs = np.ones((64, 33, 47), "float32")  # size not a multiple of 4
-    outputs = keras.ops.convert_to_numpy(Dropout(rate, seed=3)(inputs, training=True))
+    outputs = np.asarray(Dropout(rate, seed=3)(inputs, training=True))
     threshold = round(rate * 256)
     dropped = outputs == 0.0
     assert dropped.mean() == pytest.approx(threshold / 256, abs=0.005)
@@ -24,8 +25,8 @@ def test_drops_the_byte_rounded_rate_and_keeps_the_mean(rate):
 
 def test_masks_differ_between_calls_and_positions():
     layer = Dropout(0.5, seed=1)
-    first = keras.ops.convert_to_numpy(layer(np.ones((4, 64), "float32"), training=True))
-    second = keras.ops.convert_to_numpy(layer(np.ones((4, 64), "float32"), training=True))
+    first = np.asarray(layer(np.ones((4, 64), "float32"), training=True))
+    second = np.asarray(layer(np.ones((4, 64), "float32"), training=True))
     assert not np.array_equal(first == 0, second == 0)
     assert not np.array_equal(first[0] == 0, first[1] == 0)
 
@@ -61,3 +62,13 @@ def test_rejects_rates_a_byte_threshold_cannot_express(rate):
 def test_config_round_trip():
     layer = Dropout(0.1, seed=7, name="drop")
     assert Dropout.from_config(layer.get_config()).get_config() == layer.get_config()
+
+
+def test_passes_the_layer_harness():
+    run_layer_test(
+        Dropout,
+        dict(rate=0.25, seed=2),
+        dict(inputs=np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")),
+        (2, 5, 8),
+        expected_num_trainable_weights=0,
+    )

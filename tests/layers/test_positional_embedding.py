@@ -3,6 +3,7 @@ import math
 import keras
 import numpy as np
 import pytest
+from harness import run_layer_test
 
 from keras_transformer.layers import PositionalEmbedding, sinusoidal_encoding
 
@@ -27,8 +28,8 @@ def test_odd_width_keeps_the_interleaving():
 def test_output_is_scaled_embedding_plus_encoding():
     layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
     ids = np.array([[3, 5, 7, 0]])
-    output = keras.ops.convert_to_numpy(layer(ids))
-    table = keras.ops.convert_to_numpy(layer.token_embedding.embeddings)
+    output = np.asarray(layer(ids))
+    table = np.asarray(layer.token_embedding.embeddings)
     expected = table[ids] * math.sqrt(8) + sinusoidal_encoding(16, 8)[:4][None]
     np.testing.assert_allclose(output, expected, atol=1e-5)
 
@@ -36,15 +37,17 @@ def test_output_is_scaled_embedding_plus_encoding():
 def test_start_position_shifts_the_encoding():
     layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
     ids = np.array([[3, 5, 7, 9]])
-    whole = keras.ops.convert_to_numpy(layer(ids))
-    last = keras.ops.convert_to_numpy(layer(ids[:, 3:], start_position=3))
+    whole = np.asarray(layer(ids))
+    last = np.asarray(layer(ids[:, 3:], start_position=3))
     np.testing.assert_allclose(last[:, 0], whole[:, 3], atol=1e-6)
 
 
-def test_propagates_the_padding_mask():
+def test_sets_no_keras_mask():
+    # Masks are explicit (layers.masks): an implicit one would ride on to the logits.
     layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16)
-    mask = layer.compute_mask(np.array([[3, 5, 0, 0]]))
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(mask), [[True, True, False, False]])
+    embedded = layer(np.array([[3, 5, 0, 0]]))
+    assert getattr(embedded, "_keras_mask", None) is None
+    assert getattr(layer(embedded, reverse=True), "_keras_mask", None) is None
 
 
 def test_reverse_projects_onto_the_embedding_matrix_in_float32():
@@ -52,10 +55,9 @@ def test_reverse_projects_onto_the_embedding_matrix_in_float32():
     layer(np.array([[1]]))
     hidden = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
     logits = layer(hidden, reverse=True)
-    table = keras.ops.convert_to_numpy(layer.token_embedding.embeddings)
+    table = np.asarray(layer.token_embedding.embeddings)
     assert logits.dtype == "float32" and logits.shape == (2, 3, 20)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), hidden @ table.T, atol=1e-5)
-    assert layer.compute_mask(hidden, mask=None) is None
+    np.testing.assert_allclose(np.asarray(logits), hidden @ table.T, atol=1e-5)
 
 
 def test_reverse_runs_in_the_compute_dtype_under_mixed_precision():
@@ -75,3 +77,23 @@ def test_config_round_trip():
     layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=16, name="emb")
     clone = PositionalEmbedding.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
+
+
+def test_embeddings_initializer_is_an_argument():
+    layer = PositionalEmbedding(
+        vocab_size=20, d_model=8, max_length=16, embeddings_initializer="ones"
+    )
+    clone = PositionalEmbedding.from_config(layer.get_config())
+    clone(np.array([[1]]))
+    np.testing.assert_array_equal(np.asarray(clone.token_embedding.embeddings), 1.0)
+
+
+def test_passes_the_layer_harness():
+    run_layer_test(
+        PositionalEmbedding,
+        dict(vocab_size=20, d_model=8, max_length=16),
+        dict(token_ids=np.array([[3, 5, 7, 0], [1, 2, 3, 4]], "int32")),
+        (2, 4, 8),
+        expected_num_trainable_weights=1,
+        expected_num_params=20 * 8,
+    )

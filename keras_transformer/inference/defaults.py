@@ -1,0 +1,14 @@
+"""Decoding defaults, in one place for the library, the exports and the command line.
+
+Plain numbers with no imports, so that the command line can show them in `--help` without
+loading TensorFlow.
+"""
+
+# Beam width when none is asked for: the paper's (section 6.1).
+DEFAULT_BEAM_WIDTH = 4
+# Exponent of the GNMT length penalty ((5 + |Y|) / 6) ** alpha; 0.6 is the paper's.
+DEFAULT_ALPHA = 0.6
+# Room for the translation beyond the source length (capped at the model's max_length).
+DEFAULT_EXTRA_LENGTH = 50
+# Widest beam a request may ask an export's `translate_with_options` for (cost grows linearly).
+MAX_BEAM_WIDTH = 16
