@@ -290,3 +290,7 @@ def test_training_pipeline_export_and_hugging_face_agree_on_held_out_ids(
                        if ids != hf]
     assert all(re.search(r"[^\S\t\n\f\r ]", sentence) for sentence in mismatched), mismatched
     assert len(mismatched) <= 1
+
+
+def test_docstring_examples_run(run_doctests):
+    run_doctests("keras_transformer.text.vocabulary")
