@@ -181,6 +181,10 @@ def test_fit_learns_to_reverse_sequences(config):
     assert accuracy >= 0.95
 
 
+def test_docstring_examples_run(run_doctests):
+    run_doctests("keras_transformer.model")
+
+
 def test_block_arguments_come_from_the_config(config):
     config = config.replace(dropout=0.125, norm_first=True)
     model = kt.build_transformer(config)

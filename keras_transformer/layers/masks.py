@@ -83,6 +83,15 @@ def attention_mask(
     Returns:
         bool tensor broadcastable to `(batch, heads, query_length, key_length)`, or None when
         nothing is masked.
+
+    Example:
+        >>> real = padding_mask(np.array([[7, 4, 0]]))  # the third token is padding
+        >>> mask = attention_mask(3, 3, query_padding_mask=real, key_padding_mask=real,
+        ...                       use_causal_mask=True)
+        >>> np.asarray(mask)[0, 0].astype(int)
+        array([[1, 0, 0],
+               [1, 1, 0],
+               [0, 0, 0]])
     """
     mask = None
     if query_padding_mask is not None:

@@ -12,6 +12,7 @@ MODULES = [
     "dropout",
     "encoder",
     "feed_forward",
+    "masks",
     "positional_embedding",
     "residual",
 ]
