@@ -1,5 +1,5 @@
-"""Callbacks of a training run: a wall-clock budget, a step limit, early stopping, throughput,
-the history / learning-curve writer and checkpoint averaging."""
+"""Callbacks of a training run: a wall-clock budget, a step limit, the best model, early
+stopping, throughput, the history / learning-curve writer and checkpoint averaging."""
 
 from __future__ import annotations
 
@@ -81,6 +81,44 @@ class StepLimit(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def _better(mode: str) -> Callable[[float, float], bool]:
+    if mode not in ("min", "max"):
+        raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+    return (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+
+
+class BestModel(keras.callbacks.Callback):
+    """Saves the model (a full `.keras` file) whenever `monitor` beats its best value so far.
+
+    Epochs whose logs lack `monitor` (no BLEU evaluation that epoch) are skipped; Keras'
+    `ModelCheckpoint(save_best_only=True)` would save those. The file is written next to `path`
+    and renamed over it, so an interruption never leaves half a model.
+
+    Args:
+        path: the model file (`.keras`).
+        monitor: log to watch, e.g. "val_loss" or "val_bleu".
+        mode: "min" (lower is better) or "max".
+        best: the best value before this run (of an interrupted run), or None.
+    """
+
+    def __init__(self, path: str | Path, monitor: str = "val_loss", *, mode: str = "min",
+                 best: float | None = None):
+        super().__init__()
+        self.path = Path(path)
+        self.monitor = monitor
+        self.better = _better(mode)
+        self.best = best
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or (self.best is not None and not self.better(value, self.best)):
+            return
+        self.best = float(value)
+        partial = self.path.with_name(f"{self.path.stem}.partial.keras")
+        self.model.save(partial)
+        os.replace(partial, self.path)
+
+
 class Patience(keras.callbacks.Callback):
     """Stops `fit` after `patience` validations of `monitor` without improvement.
 
@@ -103,11 +141,9 @@ class Patience(keras.callbacks.Callback):
                  previous: dict | None = None,
                  agree: Callable[[bool], bool] | None = None):
         super().__init__()
-        if mode not in ("min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
         self.monitor = monitor
         self.patience = patience
-        self.better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+        self.better = _better(mode)
         previous = previous or {}
         self.values = [
             (number, value)
@@ -252,7 +288,7 @@ class CheckpointAverage(keras.callbacks.Callback):
     Args:
         count: how many of the last checkpoints to average (at least 2 are needed).
         validation_data: dataset to validate the average on (the one `fit` validates on).
-        path: where the best model is saved (the `ModelCheckpoint` file).
+        path: where the best model is saved (the `BestModel` file).
         best_val_loss: the best validation loss before this run (of an interrupted run), or None.
         save: False on workers that must take part in the validation but not write.
         directory: where to keep the checkpoints; None: a temporary directory, removed at the

@@ -39,6 +39,7 @@ from keras_transformer.text.tokenizer_pair import load_tokenizers, tokenizers_fr
 from keras_transformer.text.vocabulary import build_tokenizers
 from keras_transformer.training.accumulation import TokenWeightedSteps, group_batches
 from keras_transformer.training.callbacks import (
+    BestModel,
     CheckpointAverage,
     HistoryWriter,
     Patience,
@@ -383,10 +384,7 @@ def _callbacks(
     )
     if chief:
         callbacks += [
-            keras.callbacks.ModelCheckpoint(
-                str(paths.model), monitor=monitor, mode=mode, save_best_only=True,
-                initial_value_threshold=best,
-            ),
+            BestModel(paths.model, monitor, mode=mode, best=best),
             keras.callbacks.TensorBoard(str(paths.logs), write_graph=False),
             HistoryWriter(paths.history, paths.learning_curve, previous),
         ]
@@ -416,8 +414,8 @@ def train(
 
     Steps: read the data (demo data set without files), build the WordPiece vocabularies (or
     reuse `settings.vocab_dir`, or the run's own when resuming), set the config's vocabulary
-    sizes from them, write `config.json`, then `fit` with BackupAndRestore, best-validation
-    checkpoint, TensorBoard, TerminateOnNaN, the time budget, the history / learning-curve
+    sizes from them, write `config.json`, then `fit` with BackupAndRestore, the best-validation
+    model, TensorBoard, TerminateOnNaN, the time budget, the history / learning-curve
     writer and, as the settings ask, BLEU evaluation, early stopping and checkpoint averaging.
 
     Runs count epochs (`settings.epochs`) or optimizer steps (`settings.steps`). A step-based
@@ -509,8 +507,6 @@ def train(
         # Bucketed batches have no length known in advance; Keras finds the end of the first
         # epoch by running out of data and warns about it, although nothing is wrong.
         warnings.filterwarnings("ignore", message="Your input ran out of data")
-        # val_bleu is only in the logs of the epochs that evaluate.
-        warnings.filterwarnings("ignore", message="Can save best model only with val_bleu")
         history = model.fit(
             train_data,
             validation_data=val_data,

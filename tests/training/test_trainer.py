@@ -1,4 +1,5 @@
-"""`train`: a tiny model learns the demo task; held-out validation; resuming is guarded."""
+"""`train`: a tiny model learns the demo task; held-out validation; resuming is guarded and
+reshuffles; token batches; step-based runs with BLEU evaluation and early stopping."""
 
 from __future__ import annotations
 
@@ -11,8 +12,16 @@ import tensorflow as tf
 
 from keras_transformer.run_dir import RunPaths, load_run
 from keras_transformer.settings import TrainingSettings
-from keras_transformer.text.data import ParallelCorpus
-from keras_transformer.training.trainer import dtype_policy, hold_out, pad_to_multiple, train
+from keras_transformer.text.data import ParallelCorpus, make_dataset, read_parallel_files
+from keras_transformer.training.evaluation import BleuScorer
+from keras_transformer.training.trainer import (
+    dtype_policy,
+    hold_out,
+    pad_to_multiple,
+    sample_pairs,
+    train,
+    training_dataset,
+)
 
 
 def greedy_translate(run, sentences: list[str], max_steps: int = 24) -> list[str]:
@@ -112,3 +121,130 @@ def test_jit_compiled_training_matches_the_graph_one(tiny_config, tmp_path):
     assert histories[False]["val_loss"][-1] < 0.8 * histories[False]["loss"][0]
     for key in ("loss", "val_loss"):
         np.testing.assert_allclose(histories[True][key], histories[False][key], rtol=1e-2)
+
+
+def files_of(trained_run_dir) -> dict:
+    """The data files of the trained run, as settings."""
+    data = load_run(trained_run_dir, compile=False).settings
+    return dict(source_file=data.source_file, target_file=data.target_file,
+                val_source_file=data.val_source_file, val_target_file=data.val_target_file)
+
+
+def first_batch(dataset):
+    inputs, labels = next(iter(dataset))
+    return inputs["source_tokens"].numpy(), labels.numpy()
+
+
+def test_a_resumed_run_reshuffles_the_data(trained_run_dir, trained_run_config):
+    run = load_run(trained_run_dir, compile=False)
+    corpus = read_parallel_files(run.settings.source_file, run.settings.target_file)
+    settings = TrainingSettings(steps=10, batch_size=16, seed=5)
+
+    def first(start_epoch):
+        return first_batch(training_dataset(
+            corpus, run.source_tokenizer, run.target_tokenizer, trained_run_config, settings,
+            start_epoch=start_epoch))
+
+    fresh = first(0)
+    plain = make_dataset(corpus, run.source_tokenizer, run.target_tokenizer, seed=5,
+                         batch_size=16, max_length=trained_run_config.max_length)
+    for ours, theirs in zip(fresh, first_batch(plain), strict=True):
+        np.testing.assert_array_equal(ours, theirs)  # a fresh run keeps the seed
+    for ours, theirs in zip(first(3), first(3), strict=True):
+        np.testing.assert_array_equal(ours, theirs)  # resuming is deterministic too
+    resumed = first(3)
+    assert resumed[0].shape != fresh[0].shape or not np.array_equal(resumed[0], fresh[0])
+
+
+def test_token_batches_split_over_accumulated_batches(trained_run_dir, trained_run_config):
+    run = load_run(trained_run_dir, compile=False)
+    corpus = read_parallel_files(run.settings.source_file, run.settings.target_file)
+    settings = TrainingSettings(steps=10, batch_tokens=96, accumulate_steps=2)
+    dataset = training_dataset(corpus, run.source_tokenizer, run.target_tokenizer,
+                               trained_run_config, settings)
+    sizes = []
+    for _, labels in dataset.take(20):
+        assert labels.shape[1] == 2  # two batches per optimizer step
+        for index in range(2):
+            batch = labels[:, index].numpy()
+            real = batch[batch[:, 0] != 0]  # padding rows were added by the grouping
+            length = int((real != 0).sum(axis=1).max())
+            sizes.append(len(real) * length)  # target tokens, padding included
+    assert max(sizes) <= 96 // 2
+    assert np.mean(sizes) > 96 // 4  # batches are filled, not just small
+
+
+def test_sample_pairs_is_seeded_and_keeps_corpus_order():
+    corpus = ParallelCorpus([f"s{i}" for i in range(50)], [f"t{i}" for i in range(50)])
+    sample = sample_pairs(corpus, 10, seed=1)
+    assert len(sample) == 10 and sample == sample_pairs(corpus, 10, seed=1)
+    assert sample.sources == sorted(sample.sources, key=lambda s: int(s[1:]))
+    assert all(f"t{s[1:]}" == t for s, t in zip(sample.sources, sample.targets, strict=True))
+    assert sample_pairs(corpus, 10, seed=2) != sample
+    assert sample_pairs(corpus, 50, seed=1) is corpus
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(eval_every=10), "eval_every needs steps"),
+    (dict(steps=10, batch_tokens=3, accumulate_steps=4), "batch_tokens .3. must be at least"),
+])
+def test_settings_that_do_not_fit_together_fail_before_training(
+    trained_run_config, tmp_path, changes, message
+):
+    with pytest.raises(ValueError, match=message):
+        train(trained_run_config, TrainingSettings(**changes), tmp_path / "run", verbose=0)
+    assert not (tmp_path / "run").exists()
+
+
+def tensorboard_tags(directory) -> set[str]:
+    """The tags of the scalars in a TensorBoard event directory."""
+    tags = set()
+    for path in directory.glob("events.out.tfevents.*"):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            tags |= {value.tag for value in event.summary.value}
+    return tags
+
+
+@pytest.mark.slow
+def test_step_run_evaluates_bleu_and_keeps_the_best_bleu_model(
+    trained_run_dir, trained_run_config, tmp_path
+):
+    settings = TrainingSettings(
+        **files_of(trained_run_dir), steps=30, save_every=5, eval_every=10, eval_sentences=20,
+        batch_tokens=600, warmup_steps=10, learning_rate_scale=0.5, vocab_size=150,
+    )
+    run = train(trained_run_config, settings, tmp_path / "run", verbose=0)
+    history = run.history
+    assert history["epoch"] == [1, 2, 3, 4, 5, 6]
+    assert history["step"] == [5, 10, 15, 20, 25, 30]
+    evaluated = [value is not None for value in history["val_bleu"]]
+    assert evaluated == [False, True, False, True, False, True]
+    scores = [value for value in history["val_bleu"] if value is not None]
+    assert len(set(scores)) > 1, scores  # so that only one checkpoint has the best BLEU
+    best = max(scores)
+    val = read_parallel_files(settings.val_source_file, settings.val_target_file)
+    saved = BleuScorer(run.model, run.source_tokenizer, run.target_tokenizer,
+                       val.sources[:20], val.targets[:20])()
+    assert saved == pytest.approx(best, abs=1e-6)  # model.keras is the best-BLEU one
+    assert all(value > 0 for value in history["target_tokens_per_second"])
+    logs = tmp_path / "run" / "logs"
+    assert "epoch_bleu" in tensorboard_tags(logs / "validation")  # TensorBoard drops "val_"
+    assert "epoch_target_tokens_per_second" in tensorboard_tags(logs / "train")
+
+
+@pytest.mark.slow
+def test_patience_stops_a_run_whose_bleu_does_not_improve(
+    trained_run_dir, trained_run_config, tmp_path, capsys
+):
+    # A learning rate too small to change any greedy choice: the BLEU of the first evaluation
+    # is never beaten, so the run stops at the second evaluation after it.
+    settings = TrainingSettings(
+        **files_of(trained_run_dir), steps=40, save_every=2, eval_every=2, eval_sentences=10,
+        patience=2, learning_rate_scale=1e-9, vocab_size=150,
+    )
+    run = train(trained_run_config, settings, tmp_path / "run", verbose=0)
+    assert run.history["step"] == [2, 4, 6]
+    assert len(set(run.history["val_bleu"])) == 1
+    assert "No better val_bleu in 2 validations: stopping after epoch 3." in (
+        capsys.readouterr().out)
