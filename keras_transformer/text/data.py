@@ -185,9 +185,10 @@ def make_dataset(
     `y + [END]`: the same length, labels never contain `[START]`, the decoder input never `[END]`.
     Sources carry no `[START]`/`[END]`, matching `SubwordTokenizer.tokenize` at inference.
 
-    Pairs are tokenized in chunks of `_TOKENIZE_CHUNK`, several chunks in parallel. With
-    bucketing, `pool_size` pairs at a time are sorted by length and cut into batches with
-    whole-tensor ops (`batching.plan_batches`); nothing runs per sentence pair.
+    Pairs are tokenized in chunks of `_TOKENIZE_CHUNK`, several chunks in parallel; a
+    `ParallelCorpus` only once, in the first epoch, after which its ids stay in memory (about as
+    much as its text). With bucketing, `pool_size` pairs at a time are sorted by length and cut
+    into batches with whole-tensor ops (`batching.plan_batches`); nothing runs per sentence pair.
 
     Args:
         pairs: Sentence pairs: a `ParallelCorpus`, or a `tf.data.Dataset` of `(source, target)`
@@ -237,26 +238,20 @@ def make_dataset(
         bucket_width = None
 
     if bucket_width is None:
-        # One chunk is one pool: a whole number of batches, so that only the last one of the
-        # data can be incomplete.
+        # Pools of a whole number of batches, so that only the last batch of the data can be
+        # incomplete.
         full_size = batch_size if batch_tokens is None else max(1, batch_tokens // max_length)
-        chunk = full_size * max(1, _TOKENIZE_CHUNK // full_size)
-        chunks_per_pool = 1
+        pool_size = full_size * max(1, _TOKENIZE_CHUNK // full_size)
+        chunk = pool_size
     else:
         full_size = None if batch_tokens is not None else batch_size
         chunk = min(_TOKENIZE_CHUNK, pool_size)
-        chunks_per_pool = max(1, pool_size // chunk)
 
     tokenize = _tokenize_and_trim(source_tokenizer, target_tokenizer, max_length)
     if isinstance(pairs, ParallelCorpus):
-        strings = _corpus_chunks(pairs, chunk, shuffle=shuffle, seed=seed)
+        pools = _corpus_pools(pairs, tokenize, chunk, pool_size, shuffle=shuffle, seed=seed)
     else:
-        strings = _checked_pair_dataset(pairs).batch(chunk)
-    pools = strings.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
-    if chunks_per_pool > 1:
-        pools = pools.batch(chunks_per_pool).map(
-            lambda sources, targets: (sources.merge_dims(0, 1), targets.merge_dims(0, 1))
-        )
+        pools = _stream_pools(_checked_pair_dataset(pairs), tokenize, chunk, pool_size)
     shuffle_batches = shuffle and bucket_width is not None
     if shuffle_batches:
         # One fresh random number per pool and epoch (and the same ones for the same seed)
@@ -293,30 +288,54 @@ def make_dataset(
     return batches.prefetch(tf.data.AUTOTUNE)
 
 
-def _corpus_chunks(
-    corpus: ParallelCorpus, chunk: int, *, shuffle: bool, seed: int
+def _corpus_pools(
+    corpus: ParallelCorpus, tokenize, chunk: int, pool_size: int, *, shuffle: bool, seed: int
 ) -> tf.data.Dataset:
-    """The corpus as consecutive `(sources, targets)` chunks, optionally in a random order.
+    """Pools of `pool_size` tokenized pairs drawn from the whole corpus, reshuffled each epoch.
 
-    The whole corpus is permuted with one gather per chunk (a fresh permutation every epoch)
-    instead of `Dataset.shuffle`, which handles every pair on its own.
+    The corpus is tokenized once, in the first epoch, and its ids are kept in memory (about as
+    much as its text takes): tokenizing is most of the pipeline's work, and it would give the
+    same ids every epoch. Later epochs only permute the ids and cut them into pools.
     """
-    sources, targets = tf.constant(corpus.sources), tf.constant(corpus.targets)
-    starts = tf.data.Dataset.range(0, len(corpus), chunk)
-    if not shuffle:
-        return starts.map(lambda start: (sources[start : start + chunk],
-                                         targets[start : start + chunk]))
+    num_chunks = -(-len(corpus) // chunk)
+    tokens = (
+        tf.data.Dataset.from_tensor_slices((corpus.sources, corpus.targets))
+        .batch(chunk)
+        .map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+        .cache()
+        # One element holding every pair, so that an epoch can draw from all of them.
+        .batch(num_chunks)
+        .map(lambda sources, targets: (sources.merge_dims(0, 1), targets.merge_dims(0, 1)))
+    )
+    if shuffle:
+        def permute(pair, random):
+            # One fresh random number per epoch (the same ones for the same seed).
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(len(corpus), dtype=tf.int64), seed=tf.stack([random, 0])
+            )
+            return tuple(tf.gather(side, order) for side in pair)
 
-    def permuted_chunks(random: tf.Tensor) -> tf.data.Dataset:
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(len(corpus), dtype=tf.int64), seed=tf.stack([random, 0])
+        tokens = tf.data.Dataset.zip(
+            tokens, tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+        ).map(permute)
+
+    def pools(sources: tf.RaggedTensor, targets: tf.RaggedTensor) -> tf.data.Dataset:
+        return tf.data.Dataset.range(0, len(corpus), pool_size).map(
+            lambda start: (sources[start : start + pool_size], targets[start : start + pool_size])
         )
-        return starts.map(lambda start: (tf.gather(sources, order[start : start + chunk]),
-                                         tf.gather(targets, order[start : start + chunk])))
 
-    # One random number per epoch (the same ones for the same seed) picks the permutation.
-    epoch_random = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1)
-    return epoch_random.flat_map(permuted_chunks)
+    return tokens.flat_map(pools)
+
+
+def _stream_pools(pairs: tf.data.Dataset, tokenize, chunk: int, pool_size: int) -> tf.data.Dataset:
+    """Pools of about `pool_size` pairs (whole chunks) of a pair dataset, in its order."""
+    pools = pairs.batch(chunk).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    chunks_per_pool = max(1, pool_size // chunk)
+    if chunks_per_pool > 1:
+        pools = pools.batch(chunks_per_pool).map(
+            lambda sources, targets: (sources.merge_dims(0, 1), targets.merge_dims(0, 1))
+        )
+    return pools
 
 
 def _checked_pair_dataset(pairs: tf.data.Dataset) -> tf.data.Dataset:

@@ -320,3 +320,21 @@ def test_a_dataset_of_something_else_is_rejected(letters):
     numbers = tf.data.Dataset.from_tensor_slices(([1, 2], [3, 4]))
     with pytest.raises(TypeError, match="scalar tf.string pairs"):
         make_dataset(numbers, letters, letters)
+
+
+def test_a_corpus_is_tokenized_once_for_all_epochs(letters):
+    calls = tf.Variable(0)
+
+    class CountingTokenizer:
+        start_id, end_id = letters.start_id, letters.end_id
+
+        def tokenize(self, strings):
+            calls.assign_add(1)
+            return letters.tokenize(strings)
+
+    counting = CountingTokenizer()
+    corpus = _random_corpus(100)
+    dataset = make_dataset(corpus, counting, counting, batch_size=8)
+    epochs = [sorted(_rows(dataset)) for _ in range(3)]
+    assert epochs[0] == epochs[1] == epochs[2]
+    assert int(calls.numpy()) == 2  # one chunk, source and target side, in the first epoch
