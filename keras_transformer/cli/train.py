@@ -141,23 +141,38 @@ def base_values(args: argparse.Namespace) -> tuple:
         FileNotFoundError, ValueError: naming the config file (and the preset) when they do not
             make a valid configuration.
     """
-    import json
-    from pathlib import Path
-
     from keras_transformer.presets import preset_values
     from keras_transformer.run_dir import load_run_config, split_values
 
     if args.preset is None:
         return load_run_config(args.config) if args.config else split_values(CPU_DEFAULTS)
     values = preset_values(args.preset)
+    origin = f"preset {args.preset}"
     if args.config:
-        load_run_config(args.config)  # checks the file alone, naming it and its bad key
-        values.update(json.loads(Path(args.config).read_text(encoding="utf-8")))
+        # Read as plain values: the file need only make sense on top of the preset.
+        values.update(_json_object(args.config))
+        origin = f"{args.config} over {origin}"
     try:
         return split_values(values)
-    except ValueError as error:
-        origin = f"{args.config} over preset" if args.config else "preset"
-        raise ValueError(f"{origin} {args.preset}: {error}") from error
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{origin}: {error}") from error
+
+
+def _json_object(path: str) -> dict:
+    """The JSON object in `path`; errors name the file (and the line of bad JSON)."""
+    import json
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no such config file")
+    try:
+        values = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{file}:{error.lineno}: invalid JSON: {error.msg}") from error
+    if not isinstance(values, dict):
+        raise ValueError(f"{file}: expected a JSON object of config fields and training settings")
+    return values
 
 
 def summary(history: dict) -> str:
