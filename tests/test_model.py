@@ -219,6 +219,7 @@ def masked_accuracy(labels, logits):
     return tf.reduce_sum(hits) / tf.reduce_sum(tf.cast(real, tf.float32))
 
 
+@pytest.mark.slow
 def test_fits_with_scalar_loss_and_metric_functions_on_padded_dynamic_batches(config):
     # With a Keras mask on the logits, Keras broadcast it onto these scalars as sample weights
     # and `fit` failed ("Shape must be at most rank 0 but is rank 2").
@@ -234,9 +235,9 @@ def test_fits_with_scalar_loss_and_metric_functions_on_padded_dynamic_batches(co
     dataset = tf.data.Dataset.from_generator(
         examples, output_signature=({"source_tokens": ids, "target_tokens": ids}, ids)
     ).padded_batch(4).apply(tf.data.experimental.assert_cardinality(4))
-    model = kt.build_transformer(config)
+    model = kt.build_transformer(config.replace(num_encoder_layers=1, num_decoder_layers=1))
     model.compile(keras.optimizers.Adam(1e-2), loss=masked_loss, metrics=[masked_accuracy])
-    history = model.fit(dataset, epochs=2, verbose=0).history
+    history = model.fit(dataset, epochs=2, shuffle=False, verbose=0).history
     assert history["loss"][-1] < history["loss"][0]
     inputs, labels = next(iter(dataset))
     # Keras reports the functions' own values (no mask turned into sample weights).
