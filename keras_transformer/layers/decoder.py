@@ -9,7 +9,7 @@ from keras_transformer.layers import masks
 from keras_transformer.layers.base import LayerStack, TransformerLayer
 
 
-def check_decoder_inputs(encoder_output, cross_attention_cache, self_attention_cache, cache_index):
+def _check_cache_inputs(encoder_output, cross_attention_cache, self_attention_cache, cache_index):
     """Raises a `ValueError` naming the mistake for inputs the cache API does not take (which
     would otherwise fail deep inside a projection, or silently attend to the wrong keys)."""
     if encoder_output is None and cross_attention_cache is None:
@@ -18,9 +18,7 @@ def check_decoder_inputs(encoder_output, cross_attention_cache, self_attention_c
             "the encoder output from MultiHeadAttention.compute_key_value) instead of it"
         )
     if encoder_output is not None and cross_attention_cache is not None:
-        raise ValueError(
-            "give the decoder encoder_output or its cross-attention caches, not both"
-        )
+        raise ValueError("give the decoder encoder_output or its cross-attention caches, not both")
     if (self_attention_cache is None) != (cache_index is None):
         raise ValueError(
             "self-attention caches and cache_index go together: cache_index is the position "
@@ -95,7 +93,7 @@ class DecoderLayer(TransformerLayer):
         return_attention_scores=False,
         training=None,
     ):
-        check_decoder_inputs(
+        _check_cache_inputs(
             encoder_output, cross_attention_cache, self_attention_cache, cache_index
         )
         if cache_index is not None:
@@ -220,7 +218,7 @@ class Decoder(LayerStack):
         return_attention_scores=False,
         training=None,
     ):
-        check_decoder_inputs(
+        _check_cache_inputs(
             encoder_output, cross_attention_caches, self_attention_caches, cache_index
         )
         for name, caches in (
