@@ -338,3 +338,8 @@ def test_a_corpus_is_tokenized_once_for_all_epochs(letters):
     epochs = [sorted(_rows(dataset)) for _ in range(3)]
     assert epochs[0] == epochs[1] == epochs[2]
     assert int(calls.numpy()) == 2  # one chunk, source and target side, in the first epoch
+
+
+def test_an_empty_corpus_is_rejected(letters):
+    with pytest.raises(ValueError, match="no sentence pairs"):
+        make_dataset(ParallelCorpus([], []), letters, letters)
