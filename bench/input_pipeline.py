@@ -4,9 +4,9 @@ Prints figures, asserts nothing. Only the pipeline runs, no model: the question 
 feed an accelerator that consumes ~100,000 target tokens/s.
 
 Method: the Multi30k training pairs (29,000) are read once and tokenized with 8,000-piece
-WordPiece vocabularies (learned once, about a minute, or loaded with `--vocab`). Two pipelines
-are built with the same settings (`--batch-size` pairs, or `--batch-tokens`; `--max-length`,
-length windows of `--bucket-width`, shuffled with seed 0):
+WordPiece vocabularies (learned by `build_tokenizers` in seconds, or loaded with `--vocab`). Two
+pipelines are built with the same settings (`--batch-size` pairs, or `--batch-tokens`;
+`--max-length`, length windows of `--bucket-width`, shuffled with seed 0):
 
 - "ours": `keras_transformer.text.data.make_dataset`, given the corpus (`--input corpus`) or a
   `tf.data.Dataset` of string pairs (`--input dataset`);
