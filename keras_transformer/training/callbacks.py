@@ -231,8 +231,8 @@ def learning_curve(history: dict) -> Figure:
         axes = figure.axes[0].twinx()
         axes.plot(*zip(*bleu, strict=True), marker="s", color="tab:green",
                   label="validation BLEU")
-        axes.set_ylabel("BLEU")
-        axes.legend(loc="center right")
+        axes.set(ylabel="BLEU", ylim=(0, None))
+        axes.legend(loc="best")
     return figure
 
 

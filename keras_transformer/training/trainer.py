@@ -248,7 +248,6 @@ def dtype_policy(mixed_precision: bool):
         keras.config.set_dtype_policy(previous)
 
 
-
 def _check_resumable(paths: RunPaths, config: TransformerConfig, settings: TrainingSettings):
     """Raises if the interrupted run in `paths` used a different model, data or vocabulary."""
     old_config, old_settings = load_run_config(paths.config)
@@ -359,7 +358,7 @@ def _callbacks(
     settings: TrainingSettings,
     paths: RunPaths,
     strategy: tf.distribute.Strategy,
-    steps: TokenWeightedSteps,
+    token_steps: TokenWeightedSteps,
     val_data: tf.data.Dataset,
     bleu: BleuScorer | None,
     previous: dict,
@@ -370,7 +369,7 @@ def _callbacks(
     best_val_loss = _best(previous, "val_loss", min)
     best_val_bleu = _best(previous, "val_bleu", max)
     # First: adds the optimizer step and tokens per second to the logs everyone else sees.
-    callbacks = [Throughput(steps.source_tokens, steps.target_tokens),
+    callbacks = [Throughput(token_steps.source_tokens, token_steps.target_tokens),
                  keras.callbacks.TerminateOnNaN()]
     if settings.steps is not None:
         callbacks.append(StepLimit(settings.steps))
@@ -489,9 +488,9 @@ def train(
     with strategy.scope(), dtype_policy(settings.mixed_precision):
         model = build_transformer(config)
         compile_model(model, config, settings)
-        steps = TokenWeightedSteps(model, settings.accumulate_steps,
-                                   trim=not settings.jit_compile)
-    steps.install()
+        token_steps = TokenWeightedSteps(model, settings.accumulate_steps,
+                                         trim=not settings.jit_compile)
+    token_steps.install()
     patch_for_strategy(model, strategy)
     print(f"Model: {model.count_params():,} parameters.", flush=True)
 
@@ -501,7 +500,7 @@ def train(
         bleu = BleuScorer(model, source_tokenizer, target_tokenizer, val_corpus.sources[:count],
                           val_corpus.targets[:count], lowercase=settings.lower_case)
     previous = read_history(paths.root) if resuming else {}
-    callbacks = _callbacks(settings, paths, strategy, steps, val_data, bleu, previous)
+    callbacks = _callbacks(settings, paths, strategy, token_steps, val_data, bleu, previous)
     epochs, steps_per_epoch = fit_length(settings)
     with warnings.catch_warnings():
         # Bucketed batches have no length known in advance; Keras finds the end of the first

@@ -10,6 +10,7 @@ the update proportional to the gradient (Adam's first step would hide a wrong sc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -81,12 +82,26 @@ def as_dataset(*batches) -> tf.data.Dataset:
     return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
 
 
-def one_update(dataset, accumulate_steps, strategy=None, trim=True):
-    """Weight changes and optimizer iterations after one `fit` step from the same start."""
+@dataclasses.dataclass
+class Update:
+    deltas: list  # weight changes
+    iterations: int  # optimizer iterations afterwards
+    loss: float  # the logged loss
+    steps: TokenWeightedSteps
+    optimizer: keras.optimizers.Optimizer
+
+
+def one_update(dataset, accumulate_steps, strategy=None, trim=True, policy=None) -> Update:
+    """One `fit` step from the same initial weights (built under dtype `policy`)."""
     strategy = strategy or tf.distribute.get_strategy()
+    previous_policy = keras.config.dtype_policy()
     with strategy.scope():
         keras.utils.set_random_seed(0)
-        model = build_transformer(CONFIG)
+        keras.config.set_dtype_policy(policy or previous_policy)
+        try:
+            model = build_transformer(CONFIG)
+        finally:
+            keras.config.set_dtype_policy(previous_policy)
         model.compile(optimizer=keras.optimizers.SGD(1.0),
                       loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
                       metrics=[MaskedAccuracy()])
@@ -94,9 +109,14 @@ def one_update(dataset, accumulate_steps, strategy=None, trim=True):
     steps.install()
     patch_for_strategy(model, strategy)
     before = model.get_weights()
-    history = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
-    deltas = [after - start for after, start in zip(model.get_weights(), before, strict=True)]
-    return deltas, int(model.optimizer.iterations.numpy()), history.history, steps
+    history = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
+    return Update(
+        deltas=[after - start for after, start in zip(model.get_weights(), before, strict=True)],
+        iterations=int(model.optimizer.iterations.numpy()),
+        loss=history.history["loss"][0],
+        steps=steps,
+        optimizer=model.optimizer,
+    )
 
 
 def largest_difference(deltas, reference) -> float:
@@ -107,14 +127,14 @@ def largest_difference(deltas, reference) -> float:
 
 def compare(strategy=None, replicas: int = 1) -> dict:
     """Accumulated update of (SMALL, LARGE) vs one device's update from their concatenation."""
-    reference, *_ = one_update(as_dataset(concatenation(SMALL, LARGE)), 1)
+    reference = one_update(as_dataset(concatenation(SMALL, LARGE)), 1)
     grouped = group_batches(as_dataset(SMALL, LARGE), 2, row_multiple=replicas)
-    deltas, iterations, history, steps = one_update(grouped, 2, strategy)
+    update = one_update(grouped, 2, strategy)
     return {
-        "difference": largest_difference(deltas, reference),
-        "iterations": iterations,
-        "target_tokens": float(steps.target_tokens.result()),
-        "source_tokens": float(steps.source_tokens.result()),
+        "difference": largest_difference(update.deltas, reference.deltas),
+        "iterations": update.iterations,
+        "target_tokens": float(update.steps.target_tokens.result()),
+        "source_tokens": float(update.steps.source_tokens.result()),
     }
 
 
@@ -130,28 +150,35 @@ def test_group_batches_pads_and_stacks_rows_first():
 
 @pytest.mark.parametrize("trim", [True, False])
 def test_accumulated_update_equals_the_concatenated_batch(trim):
-    reference, *_ = one_update(as_dataset(concatenation(SMALL, LARGE)), 1)
-    grouped = group_batches(as_dataset(SMALL, LARGE), 2)
-    deltas, iterations, history, steps = one_update(grouped, 2, trim=trim)
-    assert largest_difference(deltas, reference) < 1e-5
-    assert iterations == 1  # one optimizer update, not one per batch
-    assert float(steps.target_tokens.result()) == 21
-    assert float(steps.source_tokens.result()) == 8 + 15
+    reference = one_update(as_dataset(concatenation(SMALL, LARGE)), 1)
+    update = one_update(group_batches(as_dataset(SMALL, LARGE), 2), 2, trim=trim)
+    assert largest_difference(update.deltas, reference.deltas) < 1e-5
+    assert update.iterations == 1  # one optimizer update, not one per batch
+    assert float(update.steps.target_tokens.result()) == 21
+    assert float(update.steps.source_tokens.result()) == 8 + 15
 
 
 def test_mean_of_batch_means_would_differ():
     # What a per-batch mean gives: the two batches' updates from the same start, averaged.
-    reference, *_ = one_update(as_dataset(concatenation(SMALL, LARGE)), 1)
-    small, *_ = one_update(as_dataset(SMALL), 1)
-    large, *_ = one_update(as_dataset(LARGE), 1)
+    reference = one_update(as_dataset(concatenation(SMALL, LARGE)), 1)
+    small, large = (one_update(as_dataset(b), 1).deltas for b in (SMALL, LARGE))
     mean_of_means = [(a + b) / 2 for a, b in zip(small, large, strict=True)]
-    assert largest_difference(mean_of_means, reference) > 0.05
+    assert largest_difference(mean_of_means, reference.deltas) > 0.05
 
 
 def test_logged_loss_is_the_mean_over_real_tokens():
-    small, large = (one_update(as_dataset(b), 1)[2]["loss"][0] for b in (SMALL, LARGE))
-    _, _, history, _ = one_update(group_batches(as_dataset(SMALL, LARGE), 2), 2)
-    assert history["loss"][0] == pytest.approx((6 * small + 15 * large) / 21, rel=1e-5)
+    small, large = (one_update(as_dataset(b), 1).loss for b in (SMALL, LARGE))
+    update = one_update(group_batches(as_dataset(SMALL, LARGE), 2), 2)
+    assert update.loss == pytest.approx((6 * small + 15 * large) / 21, rel=1e-5)
+
+
+def test_accumulation_under_float16_loss_scaling():
+    # mixed_float16 wraps the optimizer in a LossScaleOptimizer: the loss is scaled up before
+    # the gradients and they are scaled down before the update, once per update.
+    reference = one_update(as_dataset(concatenation(SMALL, LARGE)), 1, policy="mixed_float16")
+    update = one_update(group_batches(as_dataset(SMALL, LARGE), 2), 2, policy="mixed_float16")
+    assert isinstance(update.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert largest_difference(update.deltas, reference.deltas) < 1e-2  # float16 rounding
 
 
 @pytest.mark.slow
