@@ -6,6 +6,8 @@ Names are imported on first use: loading a tokenizer does not import the vocabul
 from keras_transformer._lazy import lazy_attributes
 
 _SOURCES = {
+    "CorpusFiles": ".corpus",
+    "CorpusStats": ".corpus",
     "RESERVED_TOKENS": ".tokenizer",
     "DataError": ".data",
     "ParallelCorpus": ".data",
@@ -19,8 +21,11 @@ _SOURCES = {
     "make_dataset": ".data",
     "make_demo_corpus": ".demo_data",
     "padding_fraction": ".data",
+    "pair_dataset": ".corpus",
     "read_parallel_files": ".data",
     "read_tsv": ".data",
+    "sample_corpus": ".corpus",
+    "scan_corpus": ".corpus",
     "tokenizers_from_vocabularies": ".tokenizer_pair",
     "write_demo_files": ".demo_data",
 }

@@ -271,6 +271,8 @@ def sample_corpus(
         return rng.random() or sys.float_info.min
 
     def skip(weight: float) -> int:  # pairs passed over before the next one enters
+        if weight >= 1.0:  # exp(log(u) / count) rounds to 1 for a huge count: take the next
+            return 0
         return math.floor(math.log(uniform()) / math.log1p(-weight))
 
     reservoir: list[tuple[int, str, str]] = []  # (index among usable pairs, source, target)
