@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -234,6 +235,29 @@ def learning_curve(history: dict) -> Figure:
         axes.set(ylabel="BLEU", ylim=(0, None))
         axes.legend(loc="best")
     return figure
+
+
+class FirstStep(keras.callbacks.Callback):
+    """Prints when the first optimizer step has finished: how long the run took to start (data
+    checks, vocabulary, model, tracing) and the process's peak memory until then.
+
+    Args:
+        start: `time.monotonic()` when the run started.
+    """
+
+    def __init__(self, start: float):
+        super().__init__()
+        self.start = start
+        self._done = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._done:
+            return
+        self._done = True
+        # ru_maxrss is in KiB on Linux.
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"\nfirst optimizer step done {time.monotonic() - self.start:.1f} s after the run "
+              f"started (peak RSS {peak:,.0f} MB)", flush=True)
 
 
 class HistoryWriter(keras.callbacks.Callback):

@@ -74,6 +74,18 @@ def worker_directory(run_dir: Path, strategy: tf.distribute.Strategy) -> Path:
     return run_dir / "workers" / worker_name(strategy)
 
 
+def worker_share(strategy: tf.distribute.Strategy) -> tuple[int, int]:
+    """`(workers, index)`: how many processes of the cluster read training data, and which one
+    this is (the chief first, then the workers in order); `(1, 0)` outside a cluster."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or resolver.task_type is None:
+        return 1, 0
+    spec = resolver.cluster_spec().as_dict()
+    chiefs, workers = len(spec.get("chief", [])), len(spec.get("worker", []))
+    index = resolver.task_id if resolver.task_type == "chief" else chiefs + resolver.task_id
+    return chiefs + workers, index
+
+
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     """True on every worker when `flag` is True on at least one (an all-reduce of the flag)."""
     if strategy.num_replicas_in_sync == 1 or worker_name(strategy) is None:

@@ -6,13 +6,11 @@ import contextlib
 import functools
 import json
 import math
-import random
-import shutil
+import time
 import warnings
 from pathlib import Path
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
@@ -27,20 +25,12 @@ from keras_transformer.run_dir import (
     save_run_config,
 )
 from keras_transformer.settings import TrainingSettings
-from keras_transformer.text.data import (
-    ParallelCorpus,
-    make_dataset,
-    read_parallel_files,
-    read_tsv,
-)
-from keras_transformer.text.demo_data import demo_vocabularies, make_demo_corpus
-from keras_transformer.text.tokenizer import SubwordTokenizer
-from keras_transformer.text.tokenizer_pair import load_tokenizers, tokenizers_from_vocabularies
-from keras_transformer.text.vocabulary import build_tokenizers
-from keras_transformer.training.accumulation import TokenWeightedSteps, group_batches
+from keras_transformer.text.data import make_dataset
+from keras_transformer.training.accumulation import TokenWeightedSteps
 from keras_transformer.training.callbacks import (
     BestModel,
     CheckpointAverage,
+    FirstStep,
     HistoryWriter,
     Patience,
     StepLimit,
@@ -53,8 +43,18 @@ from keras_transformer.training.distribution import (
     make_strategy,
     patch_for_strategy,
     worker_directory,
+    worker_share,
 )
 from keras_transformer.training.evaluation import BleuEvaluation, BleuScorer
+from keras_transformer.training.inputs import (
+    SHAPE_MULTIPLE,
+    batch_options,
+    load_corpora,
+    make_tokenizers,
+    pad_to_multiple,
+    training_dataset,
+    training_pairs,
+)
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedAccuracy
 from keras_transformer.training.schedules import TransformerSchedule
@@ -64,158 +64,8 @@ from keras_transformer.training.schedules import TransformerSchedule
 RESUMABLE_CHANGES = frozenset({
     "epochs", "steps", "time_budget_minutes", "average_checkpoints", "patience", "shuffle_buffer",
 })
-# Under XLA, batch lengths are padded to multiples of this (see `pad_to_multiple`).
-SHAPE_MULTIPLE = 8
 # Where a run keeps the checkpoints it averages (`average_checkpoints`), in the run directory.
 CHECKPOINTS = "checkpoints"
-
-
-def load_corpora(settings: TrainingSettings) -> tuple[ParallelCorpus, ParallelCorpus]:
-    """Reads the training and validation pairs the settings name.
-
-    Without data files this is the built-in demo data set (English -> German number words) with
-    its own validation split. Without validation files, a seeded random
-    `settings.validation_fraction` of the training pairs (at least one) is held out.
-
-    Returns:
-        `(train, validation)`.
-
-    Raises:
-        DataError: naming the file and line of unusable data.
-    """
-    if settings.tsv_file is not None:
-        train = read_tsv(settings.tsv_file)
-    elif settings.source_file is not None:
-        train = read_parallel_files(settings.source_file, settings.target_file)
-    else:
-        train, validation = make_demo_corpus(seed=settings.seed)
-        if settings.val_source_file is None:
-            return train, validation
-    if settings.val_source_file is not None:
-        return train, read_parallel_files(settings.val_source_file, settings.val_target_file)
-    return hold_out(train, settings.validation_fraction, settings.seed)
-
-
-def make_tokenizers(
-    settings: TrainingSettings, corpus: ParallelCorpus, directory: Path
-) -> tuple[SubwordTokenizer, SubwordTokenizer]:
-    """The run's WordPiece tokenizers, saved in `directory`.
-
-    With `settings.vocab_dir`, that vocabulary directory is copied (nothing is learned).
-    Otherwise they are learned from (a seeded sample of at most `settings.vocab_sample_size`
-    pairs of) the training text with tensorflow-text's vocabulary builder; for the built-in demo
-    data, the demo task's rule-made vocabularies are used instead (the builder needs minutes on
-    its long German compounds and still spells small numbers letter by letter).
-
-    Raises:
-        FileNotFoundError: `vocab_dir` is missing or lacks a tokenizer file.
-        ValueError: `vocab_dir` does not match `shared_vocab` / `lower_case`.
-    """
-    if settings.vocab_dir is not None:
-        return reuse_vocabulary(settings, Path(settings.vocab_dir), directory)
-    if settings.source_file is None and settings.tsv_file is None:
-        english, german = demo_vocabularies()
-        if settings.shared_vocab:
-            known = set(english)
-            return tokenizers_from_vocabularies(
-                directory, english + [token for token in german if token not in known], None
-            )
-        return tokenizers_from_vocabularies(directory, english, german)
-    return build_tokenizers(
-        sample_pairs(corpus, settings.vocab_sample_size, settings.seed),
-        directory,
-        vocab_size=settings.vocab_size,
-        lower_case=settings.lower_case,
-        shared=settings.shared_vocab,
-    )
-
-
-def reuse_vocabulary(
-    settings: TrainingSettings, source: Path, directory: Path
-) -> tuple[SubwordTokenizer, SubwordTokenizer]:
-    """Copies an existing vocabulary directory (e.g. another run's `vocab/`) to `directory` and
-    loads it, after checking that it fits the settings.
-
-    Raises:
-        FileNotFoundError: `source` is missing or lacks a tokenizer file.
-        ValueError: `source` is shared but `shared_vocab` is false (or the reverse), or was
-            built with another `lower_case`.
-    """
-    if not source.is_dir():
-        raise FileNotFoundError(f"{source}: no such vocabulary directory")
-    try:
-        source_tokenizer, target_tokenizer = load_tokenizers(source)
-    except FileNotFoundError as error:
-        raise FileNotFoundError(f"{source}: missing tokenizer file {error.filename}") from error
-    shared = source_tokenizer is target_tokenizer
-    if shared != settings.shared_vocab:
-        kind = "one shared vocabulary" if shared else "separate source and target vocabularies"
-        raise ValueError(
-            f"{source}: holds {kind}, but shared_vocab is {str(settings.shared_vocab).lower()}"
-        )
-    if source_tokenizer.lower_case != settings.lower_case:
-        raise ValueError(
-            f"{source}: was built with lower_case {str(source_tokenizer.lower_case).lower()}, "
-            f"but lower_case is {str(settings.lower_case).lower()}"
-        )
-    if source.resolve() != directory.resolve():
-        shutil.copytree(source, directory, dirs_exist_ok=True)
-    return load_tokenizers(directory)
-
-
-def sample_pairs(corpus: ParallelCorpus, size: int, seed: int) -> ParallelCorpus:
-    """A seeded random sample of at most `size` pairs (in corpus order), or the whole corpus."""
-    if len(corpus) <= size:
-        return corpus
-    picked = sorted(random.Random(seed).sample(range(len(corpus)), size))
-    return ParallelCorpus([corpus.sources[i] for i in picked], [corpus.targets[i] for i in picked])
-
-
-def hold_out(
-    corpus: ParallelCorpus, fraction: float, seed: int
-) -> tuple[ParallelCorpus, ParallelCorpus]:
-    """Splits a seeded random `fraction` (at least one pair, never all) off `corpus`.
-
-    Returns:
-        `(rest, held_out)`.
-    """
-    if len(corpus) < 2:
-        raise ValueError("need at least 2 sentence pairs to hold some out for validation")
-    count = min(len(corpus) - 1, max(1, round(fraction * len(corpus))))
-    order = list(range(len(corpus)))
-    random.Random(seed).shuffle(order)
-    held, kept = sorted(order[:count]), sorted(order[count:])
-
-    def subset(indices):
-        return ParallelCorpus(
-            [corpus.sources[i] for i in indices], [corpus.targets[i] for i in indices]
-        )
-
-    return subset(kept), subset(held)
-
-
-def pad_to_multiple(dataset: tf.data.Dataset, multiple: int) -> tf.data.Dataset:
-    """Pads the token dimension of every batch up to a multiple of `multiple` (with id 0).
-
-    With XLA every new input shape is a new compilation; bucketed batches come in every length,
-    padded ones in `max_length / multiple` lengths per side, for a little more padding.
-
-    Args:
-        dataset: `({"source_tokens", "target_tokens"}, labels)` batches, `(batch, length)` each.
-        multiple: the length quantum.
-
-    Returns:
-        the same batches, zero-padded on the right.
-    """
-
-    def pad(tokens):
-        length = tf.shape(tokens)[1]
-        return tf.pad(tokens, [[0, 0], [0, (-length) % multiple]])
-
-    return dataset.map(
-        lambda inputs, labels: ({name: pad(ids) for name, ids in inputs.items()}, pad(labels)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
 
 
 def compile_model(
@@ -286,62 +136,6 @@ def backed_up_epoch(paths: RunPaths) -> int:
         return 0
 
 
-def data_seed(seed: int, start_epoch: int) -> int:
-    """The shuffle seed of a run that starts (or resumes) at epoch `start_epoch`.
-
-    A resumed run must not replay the data order of the run's start: its position mixes into
-    the seed (a fresh run keeps `seed` itself).
-    """
-    if start_epoch == 0:
-        return seed
-    return int(np.random.SeedSequence([seed, start_epoch]).generate_state(1)[0])
-
-
-def batch_options(config: TransformerConfig, settings: TrainingSettings) -> dict:
-    """`make_dataset` batching keywords: each (accumulated) batch gets
-    `batch_tokens // accumulate_steps` target tokens, or `batch_size` pairs."""
-    options = dict(batch_size=settings.batch_size, max_length=config.max_length)
-    if settings.batch_tokens is not None:
-        options["batch_tokens"] = settings.batch_tokens // settings.accumulate_steps
-    return options
-
-
-def training_dataset(
-    corpus: ParallelCorpus,
-    source_tokenizer: SubwordTokenizer,
-    target_tokenizer: SubwordTokenizer,
-    config: TransformerConfig,
-    settings: TrainingSettings,
-    *,
-    start_epoch: int = 0,
-    replicas: int = 1,
-) -> tf.data.Dataset:
-    """The batches `fit` trains on: shuffled and bucketed by `make_dataset` (global batches,
-    which `fit` splits over replicas), repeated for step-based runs and fixed-length epochs,
-    padded to `SHAPE_MULTIPLE` under XLA, grouped for gradient accumulation.
-
-    Args:
-        corpus: training pairs.
-        source_tokenizer: source tokenizer.
-        target_tokenizer: target tokenizer.
-        config: the model's config (`max_length`).
-        settings: batching, accumulation, seed, XLA.
-        start_epoch: the epoch a resumed run starts at (reseeds the shuffle, see `data_seed`).
-        replicas: replicas in sync (groups get a multiple of this many rows).
-    """
-    dataset = make_dataset(
-        corpus, source_tokenizer, target_tokenizer,
-        seed=data_seed(settings.seed, start_epoch), **batch_options(config, settings),
-    )
-    if settings.steps is not None or settings.steps_per_epoch is not None:
-        dataset = dataset.repeat()
-    if settings.jit_compile:
-        dataset = pad_to_multiple(dataset, SHAPE_MULTIPLE)
-    if settings.accumulate_steps > 1:
-        dataset = group_batches(dataset, settings.accumulate_steps, row_multiple=replicas)
-    return dataset
-
-
 def fit_length(settings: TrainingSettings) -> tuple[int, int | None]:
     """`(epochs, steps_per_epoch)` for `fit`: a step-based run's epochs are save intervals."""
     if settings.steps is None:
@@ -362,14 +156,17 @@ def _callbacks(
     val_data: tf.data.Dataset,
     bleu: BleuScorer | None,
     previous: dict,
+    start: float,
 ) -> list[keras.callbacks.Callback]:
-    """The run's callbacks, in the order they must see each epoch's logs."""
+    """The run's callbacks, in the order they must see each epoch's logs (`start`: when the
+    run started, by `time.monotonic()`)."""
     chief = is_chief(strategy)
     agree = functools.partial(any_worker, strategy)
     best_val_loss = _best(previous, "val_loss", min)
     best_val_bleu = _best(previous, "val_bleu", max)
     # First: adds the optimizer step and tokens per second to the logs everyone else sees.
     callbacks = [Throughput(token_steps.source_tokens, token_steps.target_tokens),
+                 FirstStep(start),
                  keras.callbacks.TerminateOnNaN()]
     if settings.steps is not None:
         callbacks.append(StepLimit(settings.steps))
@@ -453,6 +250,7 @@ def train(
         ...                              batch_tokens=4096), "runs/demo")
         >>> run.history["val_bleu"]
     """
+    start = time.monotonic()
     _check_step_settings(settings)
     run_dir = Path(run_dir)
     strategy = make_strategy(settings.strategy)
@@ -462,11 +260,12 @@ def train(
     resuming = paths.backup.is_dir()
 
     keras.utils.set_random_seed(settings.seed)
-    train_corpus, val_corpus = load_corpora(settings)
+    data = load_corpora(settings)
+    val_corpus = data.validation
     if resuming:
         source_tokenizer, target_tokenizer = load_run_tokenizers(paths.root)
     else:
-        source_tokenizer, target_tokenizer = make_tokenizers(settings, train_corpus, paths.vocab)
+        source_tokenizer, target_tokenizer = make_tokenizers(settings, data, paths.vocab)
     config = config.replace(
         source_vocab_size=source_tokenizer.vocab_size,
         target_vocab_size=target_tokenizer.vocab_size,
@@ -475,10 +274,13 @@ def train(
         _check_resumable(paths, config, settings)
     save_run_config(paths.config, config, settings)
 
+    start_epoch = backed_up_epoch(paths) if resuming else 0
+    num_shards, shard_index = worker_share(strategy)
+    pairs = training_pairs(data, settings, start_epoch=start_epoch, num_shards=num_shards,
+                           shard_index=shard_index)
     train_data = training_dataset(
-        train_corpus, source_tokenizer, target_tokenizer, config, settings,
-        start_epoch=backed_up_epoch(paths) if resuming else 0,
-        replicas=strategy.num_replicas_in_sync,
+        pairs, source_tokenizer, target_tokenizer, config, settings,
+        start_epoch=start_epoch, replicas=strategy.num_replicas_in_sync,
     )
     val_data = make_dataset(val_corpus, source_tokenizer, target_tokenizer, shuffle=False,
                             **batch_options(config, settings))
@@ -500,7 +302,8 @@ def train(
         bleu = BleuScorer(model, source_tokenizer, target_tokenizer, val_corpus.sources[:count],
                           val_corpus.targets[:count], lowercase=settings.lower_case)
     previous = read_history(paths.root) if resuming else {}
-    callbacks = _callbacks(settings, paths, strategy, token_steps, val_data, bleu, previous)
+    callbacks = _callbacks(settings, paths, strategy, token_steps, val_data, bleu, previous,
+                           start)
     epochs, steps_per_epoch = fit_length(settings)
     with warnings.catch_warnings():
         # Bucketed batches have no length known in advance; Keras finds the end of the first

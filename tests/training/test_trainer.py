@@ -12,16 +12,23 @@ import tensorflow as tf
 
 from keras_transformer.run_dir import RunPaths, load_run
 from keras_transformer.settings import TrainingSettings
-from keras_transformer.text.data import ParallelCorpus, make_dataset, read_parallel_files
-from keras_transformer.training.evaluation import BleuScorer
-from keras_transformer.training.trainer import (
-    dtype_policy,
-    hold_out,
-    pad_to_multiple,
-    sample_pairs,
-    train,
-    training_dataset,
+from keras_transformer.text.data import (
+    DataError,
+    ParallelCorpus,
+    make_dataset,
+    read_parallel_files,
 )
+from keras_transformer.training.evaluation import BleuScorer
+from keras_transformer.training.inputs import (
+    RunData,
+    load_corpora,
+    pad_to_multiple,
+    split_held_out,
+    training_dataset,
+    training_pairs,
+    vocabulary_sample,
+)
+from keras_transformer.training.trainer import dtype_policy, train
 
 
 def greedy_translate(run, sentences: list[str], max_steps: int = 24) -> list[str]:
@@ -46,17 +53,35 @@ def test_a_tiny_model_learns_the_demo_task(trained_run_dir):
     assert exact >= 0.9, list(zip(hypotheses, [targets[i] for i in picked], strict=True))
 
 
-def test_hold_out_is_seeded_disjoint_and_complete():
-    corpus = ParallelCorpus([f"s{i}" for i in range(20)], [f"t{i}" for i in range(20)])
-    rest, held = hold_out(corpus, 0.25, seed=1)
-    assert (len(rest), len(held)) == (15, 5)
-    assert sorted(rest.sources + held.sources) == sorted(corpus.sources)
-    assert all(f"t{s[1:]}" == t for s, t in zip(held.sources, held.targets, strict=True))
-    assert hold_out(corpus, 0.25, seed=1) == (rest, held)
-    assert hold_out(corpus, 0.25, seed=2) != (rest, held)
-    assert len(hold_out(corpus, 0.001, seed=0)[1]) == 1  # at least one pair
-    with pytest.raises(ValueError, match="at least 2 sentence pairs"):
-        hold_out(ParallelCorpus(["a"], ["b"]), 0.5, seed=0)
+def pairs_of(dataset) -> list[tuple[str, str]]:
+    return [(s.decode(), t.decode()) for s, t in dataset.as_numpy_iterator()]
+
+
+def test_held_out_split_is_seeded_disjoint_and_complete():
+    pairs = [(f"s{i}", f"t{i}") for i in range(2000)] + [("s7", "t7")]  # one pair twice
+    dataset = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*pairs, strict=True))))
+    held = pairs_of(split_held_out(dataset, 0.25, seed=1, held=True))
+    rest = pairs_of(split_held_out(dataset, 0.25, seed=1, held=False))
+    assert sorted(held + rest) == sorted(pairs)
+    assert abs(len(held) / len(pairs) - 0.25) < 0.04
+    assert (("s7", "t7") in held) == (held.count(("s7", "t7")) == 2)  # both copies, one side
+    assert pairs_of(split_held_out(dataset, 0.25, seed=1, held=True)) == held
+    assert pairs_of(split_held_out(dataset, 0.25, seed=2, held=True)) != held
+    assert held == [pair for pair in pairs if pair in set(held)]  # corpus order
+
+
+def test_streamed_files_without_validation_files_hold_out_pairs(tmp_path):
+    lines = [(f"Satz {i} .", f"Sentence {i} .") for i in range(400)]
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in lines), encoding="utf-8")
+    settings = TrainingSettings(tsv_file=str(path), validation_fraction=0.1, seed=3)
+    data = load_corpora(settings)
+    validation = list(zip(data.validation.sources, data.validation.targets, strict=True))
+    trained = pairs_of(training_pairs(data, settings.replace(shuffle_buffer=1000)))
+    assert 20 <= len(validation) <= 60
+    assert sorted(validation + trained) == sorted(lines) and not set(validation) & set(trained)
+    with pytest.raises(DataError, match=r"pairs.tsv: no pair was held out"):
+        load_corpora(settings.replace(validation_fraction=1e-6))
 
 
 def test_resuming_with_other_settings_is_refused(trained_run_dir, tmp_path):
@@ -174,14 +199,19 @@ def test_token_batches_split_over_accumulated_batches(trained_run_dir, trained_r
     assert np.mean(sizes) > 96 // 4  # batches are filled, not just small
 
 
-def test_sample_pairs_is_seeded_and_keeps_corpus_order():
+def test_vocabulary_sample_is_seeded_and_keeps_corpus_order():
     corpus = ParallelCorpus([f"s{i}" for i in range(50)], [f"t{i}" for i in range(50)])
-    sample = sample_pairs(corpus, 10, seed=1)
-    assert len(sample) == 10 and sample == sample_pairs(corpus, 10, seed=1)
-    assert sample.sources == sorted(sample.sources, key=lambda s: int(s[1:]))
-    assert all(f"t{s[1:]}" == t for s, t in zip(sample.sources, sample.targets, strict=True))
-    assert sample_pairs(corpus, 10, seed=2) != sample
-    assert sample_pairs(corpus, 50, seed=1) is corpus
+
+    def sample(size, seed):
+        return vocabulary_sample(RunData(corpus, corpus),
+                                 TrainingSettings(vocab_sample_size=size, seed=seed))
+
+    assert len(sample(10, 1)) == 10 and sample(10, 1) == sample(10, 1)
+    assert sample(10, 1).sources == sorted(sample(10, 1).sources, key=lambda s: int(s[1:]))
+    assert all(f"t{s[1:]}" == t for s, t in zip(sample(10, 1).sources, sample(10, 1).targets,
+                                                 strict=True))
+    assert sample(10, 2) != sample(10, 1)
+    assert sample(50, 1) is corpus
 
 
 @pytest.mark.parametrize("changes, message", [
