@@ -227,7 +227,7 @@ def test_reuses_a_vocabulary_directory_without_learning(
     def no_learning(*args, **kwargs):
         raise AssertionError("a vocabulary was learned")
 
-    monkeypatch.setattr("keras_transformer.training.trainer.build_tokenizers", no_learning)
+    monkeypatch.setattr("keras_transformer.text.vocabulary.build_tokenizers", no_learning)
     config = write_config(tmp_path / "tiny.json", steps=2, save_every=2)
     run_dir = tmp_path / "run"
     status = main(["train", "--tsv", str(data["tsv"]), "--config", str(config),
