@@ -88,7 +88,7 @@ class TrainingSettings:
     jit_compile: bool = False
     strategy: str = "default"
     vocab_size: int = 8000
-    vocab_sample_size: int = 1_000_000
+    vocab_sample_size: int = 500_000
     vocab_dir: str | None = None
     lower_case: bool = False
     shared_vocab: bool = False

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.run_dir import RunPaths, load_run
+from keras_transformer.training.accumulation import TokenWeightedSteps
 
 
 # Bucketed data has no known length: Keras warns when `evaluate` finds its end.
@@ -26,8 +27,10 @@ def test_load_run_reads_back_the_trained_run(
         assert getattr(run.settings, key) == value
     assert run.model.get_layer("logits").units == run.target_tokenizer.vocab_size
     assert run.history["epoch"] == list(range(1, trained_run_settings["epochs"] + 1))
-    # The saved model is the best-validation one.
+    # The saved model is the best-validation one. Training logs the loss as a mean over real
+    # target tokens (`TokenWeightedSteps`), so the model is evaluated the same way.
     best = int(np.argmin(run.history["val_loss"]))
+    TokenWeightedSteps(run.model).install()
     val_logs = run.model.evaluate(_validation_data(run), verbose=0, return_dict=True)
     assert val_logs["loss"] == pytest.approx(run.history["val_loss"][best], rel=1e-4)
 

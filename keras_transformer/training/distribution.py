@@ -74,16 +74,14 @@ def worker_directory(run_dir: Path, strategy: tf.distribute.Strategy) -> Path:
     return run_dir / "workers" / worker_name(strategy)
 
 
-def worker_share(strategy: tf.distribute.Strategy) -> tuple[int, int]:
-    """`(workers, index)`: how many processes of the cluster read training data, and which one
-    this is (the chief first, then the workers in order); `(1, 0)` outside a cluster."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or resolver.task_type is None:
-        return 1, 0
-    spec = resolver.cluster_spec().as_dict()
-    chiefs, workers = len(spec.get("chief", [])), len(spec.get("worker", []))
-    index = resolver.task_id if resolver.task_type == "chief" else chiefs + resolver.task_id
-    return chiefs + workers, index
+def shard_by_batch(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """Makes `tf.distribute` shard `dataset` between workers by batch: every worker reads the
+    stream and keeps its own share of the global batches, so a cluster trains on the batches one
+    device would. (Its default first tries to shard by file, and fails when a corpus has fewer
+    files than there are workers.)"""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
 
 
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:

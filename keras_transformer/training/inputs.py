@@ -297,26 +297,21 @@ def training_pairs(
     settings: TrainingSettings,
     *,
     start_epoch: int = 0,
-    num_shards: int = 1,
-    shard_index: int = 0,
 ) -> ParallelCorpus | tf.data.Dataset:
     """The training pairs `training_dataset` batches: the in-memory corpus as it is, or the
-    files streamed through a `settings.shuffle_buffer`-pair shuffle buffer (this worker's share
-    of them, without the held-out validation pairs).
+    files streamed through a `settings.shuffle_buffer`-pair shuffle buffer (without the
+    held-out validation pairs).
 
     Args:
         data: the run's pairs (`load_corpora`).
         settings: shuffle buffer and seed.
         start_epoch: the epoch a resumed run starts at (reseeds the shuffle, see `data_seed`).
-        num_shards: workers reading the corpus (multi-worker training).
-        shard_index: this worker's index among them.
     """
     if not isinstance(data.train, CorpusFiles):
         return data.train
     pairs = pair_dataset(
         data.train, shuffle_buffer=settings.shuffle_buffer,
-        seed=data_seed(settings.seed, start_epoch), num_shards=num_shards,
-        shard_index=shard_index,
+        seed=data_seed(settings.seed, start_epoch),
     )
     if data.held_out is not None:
         pairs = split_held_out(pairs, data.held_out, settings.seed, held=False)

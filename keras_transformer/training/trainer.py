@@ -42,8 +42,8 @@ from keras_transformer.training.distribution import (
     is_chief,
     make_strategy,
     patch_for_strategy,
+    shard_by_batch,
     worker_directory,
-    worker_share,
 )
 from keras_transformer.training.evaluation import BleuEvaluation, BleuScorer
 from keras_transformer.training.inputs import (
@@ -275,13 +275,13 @@ def train(
     save_run_config(paths.config, config, settings)
 
     start_epoch = backed_up_epoch(paths) if resuming else 0
-    num_shards, shard_index = worker_share(strategy)
-    pairs = training_pairs(data, settings, start_epoch=start_epoch, num_shards=num_shards,
-                           shard_index=shard_index)
+    pairs = training_pairs(data, settings, start_epoch=start_epoch)
     train_data = training_dataset(
         pairs, source_tokenizer, target_tokenizer, config, settings,
         start_epoch=start_epoch, replicas=strategy.num_replicas_in_sync,
     )
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        train_data = shard_by_batch(train_data)
     val_data = make_dataset(val_corpus, source_tokenizer, target_tokenizer, shuffle=False,
                             **batch_options(config, settings))
     if settings.jit_compile:

@@ -132,12 +132,14 @@ def test_average_checkpoints_setting_averages_the_last_epochs(
 def test_jit_compiled_training_matches_the_graph_one(tiny_config, tmp_path):
     # XLA steps see batches padded to multiples of 8; the masks make that padding invisible, so
     # the same seed gives the same losses while they fall (up to XLA's float rounding, which
-    # compounds over the 30 steps: 0.5% after the second epoch).
+    # compounds over the 30 steps: 0.5% after the second epoch). At the full warm-up peak rate
+    # (0.056 for d_model 16) training is chaotic enough to blow that rounding up to several
+    # percent, so the rate is scaled down.
     histories = {}
     for jit_compile in (False, True):
         settings = TrainingSettings(
-            epochs=2, steps_per_epoch=15, warmup_steps=20, vocab_size=200,
-            jit_compile=jit_compile, seed=3,
+            epochs=2, steps_per_epoch=15, warmup_steps=20, learning_rate_scale=0.3,
+            vocab_size=200, jit_compile=jit_compile, seed=3,
         )
         keras.utils.set_random_seed(3)
         run = train(tiny_config.replace(max_length=32), settings, tmp_path / str(jit_compile),
