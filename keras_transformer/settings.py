@@ -108,6 +108,16 @@ class TrainingSettings:
                      "batch_tokens"):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
+        if self.steps is None:
+            for name in ("save_every", "eval_every"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} needs steps (it counts optimizer steps of a run)")
+        if self.batch_tokens is not None and self.batch_tokens < self.accumulate_steps:
+            raise ValueError(
+                f"batch_tokens ({self.batch_tokens}) must be at least accumulate_steps "
+                f"({self.accumulate_steps}): each accumulated batch gets "
+                "batch_tokens // accumulate_steps target tokens"
+            )
         if self.save_every and self.eval_every and self.eval_every % self.save_every:
             raise ValueError(
                 f"eval_every ({self.eval_every}) must be a multiple of save_every "

@@ -112,19 +112,6 @@ def _check_resumable(paths: RunPaths, config: TransformerConfig, settings: Train
         )
 
 
-def _check_step_settings(settings: TrainingSettings) -> None:
-    if settings.steps is None:
-        for name in ("save_every", "eval_every"):
-            if getattr(settings, name) is not None:
-                raise ValueError(f"{name} needs steps (it counts optimizer steps of a run)")
-    if settings.batch_tokens is not None and settings.batch_tokens < settings.accumulate_steps:
-        raise ValueError(
-            f"batch_tokens ({settings.batch_tokens}) must be at least accumulate_steps "
-            f"({settings.accumulate_steps}): each accumulated batch gets "
-            "batch_tokens // accumulate_steps target tokens"
-        )
-
-
 def backed_up_epoch(paths: RunPaths) -> int:
     """How many epochs (save intervals) the interrupted run in `paths` had backed up (0 if none).
 
@@ -251,7 +238,6 @@ def train(
         >>> run.history["val_bleu"]
     """
     start = time.monotonic()
-    _check_step_settings(settings)
     run_dir = Path(run_dir)
     strategy = make_strategy(settings.strategy)
     chief = is_chief(strategy)
