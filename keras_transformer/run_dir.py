@@ -127,7 +127,7 @@ def load_run_config(path: str | Path) -> tuple[TransformerConfig, TrainingSettin
         ValueError: `"<path>: ..."` for bad JSON (with its line), an unknown key, or a bad value.
 
     Example:
-        >>> config, settings = load_run_config("runs/demo/config.json")
+        >>> config, settings = load_run_config("runs/demo/config.json")  # doctest: +SKIP
     """
     path = Path(path)
     if not path.is_file():
@@ -215,8 +215,8 @@ def load_run(run_dir: str | Path, compile: bool = True) -> Run:
         ValueError: naming the file that cannot be read.
 
     Example:
-        >>> run = load_run("runs/demo")
-        >>> ids = run.source_tokenizer.tokenize(tf.constant(["twenty one"]))
+        >>> run = load_run("runs/demo")  # doctest: +SKIP
+        >>> ids = run.source_tokenizer.tokenize(tf.constant(["twenty one"]))  # doctest: +SKIP
     """
     paths = RunPaths(Path(run_dir))
     if not paths.root.is_dir():

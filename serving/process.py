@@ -1,7 +1,8 @@
 """Run the local server as a child process on free loopback ports (demo, notebooks, tests, bench).
 
 Example:
-    >>> with LocalServer(["--model_name=translator", "--model_base_path=models/t"]) as server:
+    >>> flags = ["--model_name=translator", "--model_base_path=models/t"]
+    >>> with LocalServer(flags) as server:  # doctest: +SKIP
     ...     server.wait_ready("translator")
     ...     requests.post(f"{server.rest_url}/v1/models/translator:predict", json=...)
 """

@@ -42,7 +42,8 @@ def group_batches(
         (rows, accumulate_steps, tgt_len)}, labels (rows, accumulate_steps, tgt_len))`.
 
     Example:
-        >>> grouped = group_batches(make_dataset(corpus, source, target, batch_tokens=4096), 4)
+        >>> batches = make_dataset(corpus, source, target, batch_tokens=4096)  # doctest: +SKIP
+        >>> grouped = group_batches(batches, 4)  # doctest: +SKIP
     """
     if accumulate_steps < 2:
         raise ValueError(f"accumulate_steps must be at least 2 to group, got {accumulate_steps}")
@@ -131,12 +132,12 @@ class TokenWeightedSteps:
             under XLA, which needs shapes known when it compiles.
 
     Example:
-        >>> with strategy.scope():
+        >>> with strategy.scope():  # doctest: +SKIP
         ...     model = build_transformer(config)
         ...     compile_model(model, config, settings)
         ...     steps = TokenWeightedSteps(model, accumulate_steps=4)
-        >>> steps.install()
-        >>> model.fit(group_batches(train_data, 4), ...)
+        >>> steps.install()  # doctest: +SKIP
+        >>> model.fit(group_batches(train_data, 4), ...)  # doctest: +SKIP
     """
 
     def __init__(self, model: keras.Model, accumulate_steps: int = 1, *, trim: bool = True):

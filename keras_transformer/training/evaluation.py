@@ -31,8 +31,8 @@ class BleuScorer:
             that a batch does not wait for one long sentence.
 
     Example:
-        >>> scorer = BleuScorer(model, source, target, val.sources[:500], val.targets[:500])
-        >>> scorer()  # e.g. 27.3
+        >>> scorer = BleuScorer(model, source, target, sources, references)  # doctest: +SKIP
+        >>> scorer()  # e.g. 27.3  # doctest: +SKIP
     """
 
     def __init__(

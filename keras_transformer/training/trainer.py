@@ -232,10 +232,10 @@ def train(
         RuntimeError: the loss became NaN.
 
     Example:
-        >>> run = train(TransformerConfig(d_model=64, num_heads=4, d_ff=128),
+        >>> run = train(TransformerConfig(d_model=64, num_heads=4, d_ff=128),  # doctest: +SKIP
         ...             TrainingSettings(steps=2000, save_every=500, eval_every=1000,
         ...                              batch_tokens=4096), "runs/demo")
-        >>> run.history["val_bleu"]
+        >>> run.history["val_bleu"]  # doctest: +SKIP
     """
     start = time.monotonic()
     run_dir = Path(run_dir)
