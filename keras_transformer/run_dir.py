@@ -10,10 +10,14 @@ Layout:
     <run_dir>/
       config.json          flat: TransformerConfig fields + training settings the run used
       vocab/               tokenizers: source/ and target/, or shared/ (vocab.txt, tokenizer.json)
-      model.keras          the best-validation model, full Keras file
-      history.json         per-epoch losses and metrics, {"epoch": [1, 2, ...], ...}
-      learning_curve.png   loss and accuracy against epoch
+      model.keras          the best model (validation BLEU with `eval_every`, else loss), full
+                           Keras file
+      history.json         one entry per epoch (save interval of a step-based run):
+                           {"epoch": [1, 2, ...], "step": [...], "loss": [...], "val_loss": [...],
+                           "val_bleu": [..., null, ...], "target_tokens_per_second": [...], ...}
+      learning_curve.png   loss, accuracy and BLEU against epoch or optimizer step
       logs/                TensorBoard event files
+      checkpoints/         the last `average_checkpoints` saved weights, averaged at the end
       backup/              BackupAndRestore state while a run is unfinished
 """
 
