@@ -155,7 +155,8 @@ class TokenWeightedSteps:
         self.model.test_step = self.test_step
 
     def _batches(self, data) -> list:
-        inputs, labels = data
+        # `fit` passes (inputs, labels); `train_on_batch` adds a (None) sample weight.
+        inputs, labels, _ = keras.utils.unpack_x_y_sample_weight(data)
         if self.accumulate_steps == 1:
             return [(inputs, labels)]
         return [_trimmed(inputs, labels, index, self.trim)
@@ -194,7 +195,7 @@ class TokenWeightedSteps:
 
     def test_step(self, data) -> dict:
         """Validation loss (mean over real target tokens) and metrics of one batch."""
-        inputs, labels = data
+        inputs, labels, _ = keras.utils.unpack_x_y_sample_weight(data)
         predictions = self.model(inputs, training=False)
         mean = self.model.loss(labels, predictions)
         return self._track(inputs, labels, predictions, mean, real_tokens(labels))
