@@ -32,8 +32,9 @@ def add_parser(subparsers) -> None:
         help="train a model into a run directory (resumes an interrupted run)",
         description=(
             "Trains a Transformer with model.fit and writes the run directory: config.json, "
-            "vocab/, model.keras (best validation loss), history.json, learning_curve.png, "
-            "logs/ (TensorBoard), backup/ (while unfinished). Run the same command again to "
+            "vocab/, model.keras (best validation BLEU with --eval-every, else loss), "
+            "history.json, learning_curve.png, logs/ (TensorBoard), checkpoints/ (with "
+            "--average-checkpoints), backup/ (while unfinished). Run the same command again to "
             "resume an interrupted run. Without data files it trains on the built-in demo data "
             "(English -> German number words)."
         ),
