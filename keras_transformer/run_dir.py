@@ -116,6 +116,21 @@ def split_values(
     return config, settings
 
 
+def read_config_values(path: str | Path) -> dict:
+    """The JSON object of a config file, unchecked; errors name the file (and the line of bad
+    JSON)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such config file")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected a JSON object of config fields and training settings")
+    return values
+
+
 def load_run_config(path: str | Path) -> tuple[TransformerConfig, TrainingSettings]:
     """Reads a flat JSON run configuration; every error names the file and the key.
 
@@ -134,14 +149,7 @@ def load_run_config(path: str | Path) -> tuple[TransformerConfig, TrainingSettin
         >>> config, settings = load_run_config("runs/demo/config.json")  # doctest: +SKIP
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such config file")
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a JSON object of config fields and training settings")
+    values = read_config_values(path)
     try:
         return split_values(values)
     except (TypeError, ValueError) as error:

@@ -143,7 +143,7 @@ def base_values(args: argparse.Namespace) -> tuple:
             make a valid configuration.
     """
     from keras_transformer.presets import preset_values
-    from keras_transformer.run_dir import load_run_config, split_values
+    from keras_transformer.run_dir import load_run_config, read_config_values, split_values
 
     if args.preset is None:
         return load_run_config(args.config) if args.config else split_values(CPU_DEFAULTS)
@@ -151,29 +151,12 @@ def base_values(args: argparse.Namespace) -> tuple:
     origin = f"preset {args.preset}"
     if args.config:
         # Read as plain values: the file need only make sense on top of the preset.
-        values.update(_json_object(args.config))
+        values.update(read_config_values(args.config))
         origin = f"{args.config} over {origin}"
     try:
         return split_values(values)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{origin}: {error}") from error
-
-
-def _json_object(path: str) -> dict:
-    """The JSON object in `path`; errors name the file (and the line of bad JSON)."""
-    import json
-    from pathlib import Path
-
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"{file}: no such config file")
-    try:
-        values = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{file}:{error.lineno}: invalid JSON: {error.msg}") from error
-    if not isinstance(values, dict):
-        raise ValueError(f"{file}: expected a JSON object of config fields and training settings")
-    return values
 
 
 def summary(history: dict) -> str:
