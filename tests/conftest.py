@@ -65,6 +65,25 @@ def run_doctests():
     return run
 
 
+@pytest.fixture(scope="session")
+def uncached_greedy():
+    """`uncached_greedy(run, sentences)`: greedy translations of a loaded run by re-running the
+    whole model on the prefix (no cache, independent of keras_transformer.inference), up to END."""
+    return _uncached_greedy
+
+
+def _uncached_greedy(run, sentences: list[str], max_steps: int = 24) -> list[str]:
+    """Greedy decoding by re-running the whole model on the prefix (no cache, no inference
+    module), up to END."""
+    source = run.source_tokenizer.tokenize(tf.constant(sentences)).to_tensor().numpy()
+    target = np.full((len(sentences), 1), run.target_tokenizer.start_id, dtype=np.int64)
+    for _ in range(max_steps):
+        logits = run.model({"source_tokens": source, "target_tokens": target}, training=False)
+        target = np.concatenate([target, np.argmax(logits[:, -1], axis=-1)[:, None]], axis=1)
+    ids = run.target_tokenizer.cut_at_end(tf.constant(target[:, 1:]))
+    return [text.decode("utf-8") for text in run.target_tokenizer.detokenize(ids).numpy()]
+
+
 def write_corpus(corpus: ParallelCorpus, source_path: Path, target_path: Path) -> None:
     """Writes a corpus as two line-aligned files."""
     source_path.write_text("".join(f"{line}\n" for line in corpus.sources), encoding="utf-8")

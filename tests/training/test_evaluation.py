@@ -7,22 +7,9 @@ import keras
 import numpy as np
 import pytest
 import sacrebleu
-import tensorflow as tf
 
 from keras_transformer.run_dir import load_run
 from keras_transformer.training.evaluation import BleuEvaluation, BleuScorer
-
-
-def uncached_greedy(run, sentences: list[str], max_steps: int = 24) -> list[str]:
-    """Greedy decoding by re-running the whole model on the prefix (no cache, no inference
-    module), up to END."""
-    source = run.source_tokenizer.tokenize(tf.constant(sentences)).to_tensor().numpy()
-    target = np.full((len(sentences), 1), run.target_tokenizer.start_id, dtype=np.int64)
-    for _ in range(max_steps):
-        logits = run.model({"source_tokens": source, "target_tokens": target}, training=False)
-        target = np.concatenate([target, np.argmax(logits[:, -1], axis=-1)[:, None]], axis=1)
-    ids = run.target_tokenizer.cut_at_end(tf.constant(target[:, 1:]))
-    return [text.decode("utf-8") for text in run.target_tokenizer.detokenize(ids).numpy()]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +21,7 @@ def run_and_pairs(trained_run_dir):
     return run, [sources[i] for i in picked], [targets[i] for i in picked]
 
 
-def test_scorer_translates_like_plain_greedy_decoding_in_order(run_and_pairs):
+def test_scorer_translates_like_plain_greedy_decoding_in_order(run_and_pairs, uncached_greedy):
     run, sources, references = run_and_pairs
     scorer = BleuScorer(run.model, run.source_tokenizer, run.target_tokenizer, sources,
                         references, batch_size=4)
@@ -42,7 +29,7 @@ def test_scorer_translates_like_plain_greedy_decoding_in_order(run_and_pairs):
     assert scorer.translate(sources) == uncached_greedy(run, sources)
 
 
-def test_scorer_is_sacrebleu_of_its_translations(run_and_pairs):
+def test_scorer_is_sacrebleu_of_its_translations(run_and_pairs, uncached_greedy):
     run, sources, references = run_and_pairs
     hypotheses = uncached_greedy(run, sources)
 

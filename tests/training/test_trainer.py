@@ -31,24 +31,13 @@ from keras_transformer.training.inputs import (
 from keras_transformer.training.trainer import dtype_policy, train
 
 
-def greedy_translate(run, sentences: list[str], max_steps: int = 24) -> list[str]:
-    """Uncached greedy decoding with the full model (independent of keras_transformer.inference)."""
-    source = run.source_tokenizer.tokenize(tf.constant(sentences)).to_tensor().numpy()
-    target = np.full((len(sentences), 1), run.target_tokenizer.start_id, dtype=np.int64)
-    for _ in range(max_steps):
-        logits = run.model({"source_tokens": source, "target_tokens": target}, training=False)
-        target = np.concatenate([target, np.argmax(logits[:, -1], axis=-1)[:, None]], axis=1)
-    ids = run.target_tokenizer.cut_at_end(tf.constant(target[:, 1:]))
-    return [text.decode("utf-8") for text in run.target_tokenizer.detokenize(ids).numpy()]
-
-
-def test_a_tiny_model_learns_the_demo_task(trained_run_dir):
+def test_a_tiny_model_learns_the_demo_task(trained_run_dir, uncached_greedy):
     run = load_run(trained_run_dir, compile=False)
     assert run.history["loss"][-1] < run.history["loss"][0] / 5
     sources = open(run.settings.source_file, encoding="utf-8").read().splitlines()
     targets = open(run.settings.target_file, encoding="utf-8").read().splitlines()
     picked = list(range(0, len(sources), 9))  # 30 sentences spread over all numbers
-    hypotheses = greedy_translate(run, [sources[i] for i in picked])
+    hypotheses = uncached_greedy(run, [sources[i] for i in picked])
     exact = np.mean([hyp == targets[i] for hyp, i in zip(hypotheses, picked, strict=True)])
     assert exact >= 0.9, list(zip(hypotheses, [targets[i] for i in picked], strict=True))
 
