@@ -7,8 +7,11 @@ one flat JSON object (the run directory's `config.json`).
 from __future__ import annotations
 
 import dataclasses
+import typing
 
-STRATEGIES = ("default", "mirrored", "multi_worker")
+# The `tf.distribute` strategies a run can use; the flag `--strategy` takes its choices from here.
+Strategy = typing.Literal["default", "mirrored", "multi_worker"]
+STRATEGIES: tuple[str, ...] = typing.get_args(Strategy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +89,7 @@ class TrainingSettings:
     time_budget_minutes: float | None = None
     mixed_precision: bool = False
     jit_compile: bool = False
-    strategy: str = "default"
+    strategy: Strategy = "default"
     vocab_size: int = 8000
     vocab_sample_size: int = 500_000
     vocab_dir: str | None = None

@@ -9,9 +9,13 @@ default.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 
+from keras_transformer.cli.dataclass_flags import DataclassFlags
+from keras_transformer.config import TransformerConfig
 from keras_transformer.presets import PRESETS
-from keras_transformer.settings import STRATEGIES
+from keras_transformer.settings import TrainingSettings
 
 # Model and schedule used without --config: trains on a CPU in minutes rather than days.
 CPU_DEFAULTS = {
@@ -25,114 +29,78 @@ CPU_DEFAULTS = {
 }
 DEFAULT_RUN_DIR = "runs/train"
 
+# Every field of TransformerConfig and TrainingSettings is a flag (`--d-model`,
+# `--no-mixed-precision`); these are how `--help` groups and spells them.
+FLAGS = DataclassFlags(
+    (TransformerConfig, TrainingSettings),
+    renamed={"tsv_file": "--tsv", "vocab_dir": "--vocab", "time_budget_minutes": "--time-budget"},
+    metavars={
+        "save_every": "STEPS", "eval_every": "STEPS", "warmup_steps": "STEPS",
+        "batch_tokens": "TOKENS", "shuffle_buffer": "PAIRS", "vocab_sample_size": "PAIRS",
+        "time_budget_minutes": "MINUTES", "tsv_file": "FILE",
+    },
+    groups=(
+        ("model", [field.name for field in dataclasses.fields(TransformerConfig)]),
+        ("data", ["source_file", "target_file", "val_source_file", "val_target_file",
+                  "tsv_file", "validation_fraction"]),
+        ("vocabulary", ["vocab_dir", "vocab_size", "vocab_sample_size", "shared_vocab",
+                        "lower_case"]),
+        ("run length and evaluation", ["epochs", "steps_per_epoch", "steps", "save_every",
+                                       "eval_every", "eval_sentences", "patience",
+                                       "time_budget_minutes", "average_checkpoints"]),
+        ("batching", ["batch_size", "batch_tokens", "accumulate_steps", "shuffle_buffer"]),
+        ("optimization", ["warmup_steps", "learning_rate_scale", "seed"]),
+        ("hardware", ["mixed_precision", "jit_compile", "strategy"]),
+    ),
+)
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "train",
         help="train a model into a run directory (resumes an interrupted run)",
+        usage="keras-transformer train [--preset NAME] [--config FILE] [--run-dir DIR] "
+        "[flags]",
         description=(
             "Trains a Transformer with model.fit and writes the run directory: config.json, "
             "vocab/, model.keras (best validation BLEU with --eval-every, else loss), "
             "history.json, learning_curve.png, logs/ (TensorBoard), checkpoints/ (with "
             "--average-checkpoints), backup/ (while unfinished). Run the same command again to "
             "resume an interrupted run. Without data files it trains on the built-in demo data "
-            "(English -> German number words)."
+            "(English -> German number words). Every field of TransformerConfig and "
+            "TrainingSettings is a flag; flags override --config, which overrides --preset. "
+            "The defaults shown are those without --preset and --config; with either, what "
+            "they leave out takes the dataclasses' defaults."
         ),
     )
-    data = parser.add_argument_group("data")
-    data.add_argument("--source-file", help="training source sentences, one per line")
-    data.add_argument("--target-file", help="training target sentences, line-aligned")
-    data.add_argument("--val-source-file", help="validation source sentences")
-    data.add_argument("--val-target-file", help="validation target sentences")
-    data.add_argument("--tsv", help="training pairs as source<TAB>target lines")
     parser.add_argument(
-        "--config",
+        "--preset", choices=sorted(PRESETS), metavar="NAME",
+        help="named recipe (model and training settings) that --config and flags override: "
+        + ", ".join(sorted(PRESETS)),
+    )
+    parser.add_argument(
+        "--config", metavar="FILE",
         help="JSON object of TransformerConfig fields and training settings (e.g. a run's "
         "config.json)",
     )
     parser.add_argument(
-        "--run-dir", default=DEFAULT_RUN_DIR, help=f"output directory (default {DEFAULT_RUN_DIR})"
+        "--run-dir", default=DEFAULT_RUN_DIR, metavar="DIR",
+        help=f"output directory (default {DEFAULT_RUN_DIR})",
     )
-    parser.add_argument(
-        "--preset", choices=sorted(PRESETS),
-        help="named recipe (model and training settings) that --config and flags override",
-    )
-    parser.add_argument("--vocab", metavar="DIR",
-                        help="reuse this vocabulary directory (e.g. another run's vocab/): "
-                        "copied into the run, nothing is learned")
-    parser.add_argument("--vocab-sample-size", type=int, metavar="PAIRS",
-                        help="learn the vocabulary from at most this many training pairs")
-    length = parser.add_argument_group("run length and evaluation")
-    length.add_argument("--epochs", type=int, help="number of epochs (without --steps)")
-    length.add_argument("--steps", type=int,
-                        help="total optimizer steps; replaces --epochs (the data repeats)")
-    length.add_argument("--save-every", type=int, metavar="STEPS",
-                        help="back up, checkpoint and validate every this many steps")
-    length.add_argument("--eval-every", type=int, metavar="STEPS",
-                        help="also score greedy translations of validation sentences with "
-                        "sacreBLEU every this many steps; the best model is then the best BLEU")
-    length.add_argument("--eval-sentences", type=int, metavar="N",
-                        help="how many (first) validation sentences --eval-every translates")
-    length.add_argument("--patience", type=int, metavar="N",
-                        help="stop after N validations (BLEU with --eval-every, else loss) "
-                        "without improvement")
-    length.add_argument(
-        "--time-budget", type=float, metavar="MINUTES", help="stop training after this long"
-    )
-    length.add_argument(
-        "--average-checkpoints", type=int, metavar="N",
-        help="at the end, average the last N checkpoints' weights (one per epoch or save "
-        "interval); kept if they validate better",
-    )
-    batching = parser.add_argument_group("batching")
-    batching.add_argument("--batch-tokens", type=int, metavar="TOKENS",
-                          help="target tokens (padding included) per optimizer step, over all "
-                          "replicas and accumulated batches; replaces batch_size")
-    batching.add_argument("--accumulate-steps", type=int, metavar="N",
-                          help="add up the gradients of N batches per optimizer step")
-    batching.add_argument("--shuffle-buffer", type=int, metavar="PAIRS",
-                          help="pairs held in the shuffle buffer")
-    parser.add_argument(
-        "--mixed-precision", action="store_true", default=None,
-        help="float16 (GPU) / bfloat16 (CPU) compute, float32 variables",
-    )
-    parser.add_argument(
-        "--jit-compile", action="store_true", default=None, help="compile steps with XLA"
-    )
-    parser.add_argument(
-        "--strategy", choices=STRATEGIES,
-        help="default: one device; mirrored: all local GPUs (or logical CPUs); multi_worker: "
-        "MultiWorkerMirroredStrategy over the TF_CONFIG cluster",
-    )
+    FLAGS.add_to(parser, shown_defaults=CPU_DEFAULTS)
     parser.set_defaults(run=run)
 
 
 def overrides(args: argparse.Namespace) -> dict:
-    """The settings given as flags, by `TrainingSettings` field name."""
-    names = {
-        "source_file": args.source_file,
-        "target_file": args.target_file,
-        "val_source_file": args.val_source_file,
-        "val_target_file": args.val_target_file,
-        "tsv_file": args.tsv,
-        "vocab_dir": args.vocab,
-        "vocab_sample_size": args.vocab_sample_size,
-        "epochs": args.epochs,
-        "steps": args.steps,
-        "save_every": args.save_every,
-        "eval_every": args.eval_every,
-        "eval_sentences": args.eval_sentences,
-        "patience": args.patience,
-        "time_budget_minutes": args.time_budget,
-        "average_checkpoints": args.average_checkpoints,
-        "batch_tokens": args.batch_tokens,
-        "accumulate_steps": args.accumulate_steps,
-        "shuffle_buffer": args.shuffle_buffer,
-        "mixed_precision": args.mixed_precision,
-        "jit_compile": args.jit_compile,
-        "strategy": args.strategy,
-    }
-    return {name: value for name, value in names.items() if value is not None}
+    """The settings given as flags, by `TransformerConfig` / `TrainingSettings` field name."""
+    return FLAGS.given(args)
+
+
+def flag_error(error: ValueError, given: dict) -> ValueError:
+    """`error` raised by the given flags' values, naming the flags whose fields it mentions (else
+    "command line")."""
+    named = [FLAGS.flags[name] for name in given if re.search(rf"\b{name}\b", str(error))]
+    return ValueError(f"{', '.join(named) or 'command line'}: {error}")
 
 
 def base_values(args: argparse.Namespace) -> tuple:
@@ -192,10 +160,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         config, settings = base_values(args)
+        given = overrides(args)
         try:
-            config, settings = split_values(overrides(args), config, settings)
+            config, settings = split_values(given, config, settings)
         except ValueError as error:
-            raise ValueError(f"command line: {error}") from error
+            raise flag_error(error, given) from error
         run_ = train(config, settings, args.run_dir, verbose=1)
     except (DataError, FileNotFoundError, ValueError, RuntimeError) as error:
         print(f"keras-transformer train: error: {error}", file=sys.stderr)

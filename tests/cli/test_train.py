@@ -3,6 +3,7 @@ errors, reusing a vocabulary, and resuming epoch- and step-based runs killed wit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -10,14 +11,17 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 import pytest
 
 from keras_transformer.cli import build_parser, main
-from keras_transformer.cli.train import base_values, overrides
+from keras_transformer.cli.train import FLAGS, base_values, overrides
+from keras_transformer.config import TransformerConfig
 from keras_transformer.presets import preset_values
 from keras_transformer.run_dir import load_run, split_values
+from keras_transformer.settings import TrainingSettings
 from keras_transformer.text.demo_data import demo_vocabularies, make_demo_corpus
 from keras_transformer.text.tokenizer_pair import tokenizers_from_vocabularies
 
@@ -80,7 +84,12 @@ def test_writes_the_run_directory_and_flags_override_the_config(data, tmp_path, 
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        (["--epochs", "0"], "command line: training setting epochs must be a positive integer"),
+        (["--epochs", "0"], "--epochs: training setting epochs must be a positive integer"),
+        (["--d-model", "100", "--num-heads", "3"],
+         r"--d-model, --num-heads: TransformerConfig.num_heads \(3\) must divide d_model"),
+        (["--tsv", "x.tsv", "--source-file", "x.en", "--target-file", "x.de"],
+         "--source-file, --target-file, --tsv: .*give either tsv_file or source_file"),
+        (["--eval-every", "10"], "--eval-every: training setting eval_every needs steps"),
         (["--source-file", "x.en"], "source_file and target_file must be given together"),
         (["--config", "{config_dir}/bad.json"], "bad.json: unknown key 'd_modle'"),
         (["--source-file", "{config_dir}/missing.en", "--target-file", "{config_dir}/x.de"],
@@ -187,6 +196,61 @@ def test_flags_beat_config_which_beats_preset_which_beats_defaults(tmp_path):
     assert only_preset.d_model == 1024
     defaults, _ = settings_from()
     assert defaults.d_model == 128  # the CPU defaults
+
+
+def all_fields() -> list[dataclasses.Field]:
+    return [*dataclasses.fields(TransformerConfig), *dataclasses.fields(TrainingSettings)]
+
+
+def test_every_field_of_the_config_and_settings_is_a_flag():
+    hints = {**typing.get_type_hints(TransformerConfig), **typing.get_type_hints(TrainingSettings)}
+    for field in all_fields():
+        flag = FLAGS.flags[field.name]
+        choices = typing.get_args(hints[field.name])
+        if hints[field.name] is bool:
+            cases = [([flag], True), ([f"--no-{flag[2:]}"], False)]
+        elif typing.get_origin(hints[field.name]) is typing.Literal:
+            cases = [([flag, choices[-1]], choices[-1])]
+        elif float in (hints[field.name], *choices):
+            cases = [([flag, "0.25"], 0.25)]
+        elif int in (hints[field.name], *choices):
+            cases = [([flag, "7"], 7)]
+        else:
+            cases = [([flag, "some/path"], "some/path")]
+        for arguments, value in cases:
+            args = build_parser().parse_args(["train", *arguments])
+            given = overrides(args)
+            assert given == {field.name: value}, arguments
+            assert type(given[field.name]) is type(value), arguments
+
+
+def test_no_flags_override_a_config_file_and_absent_flags_do_not(tmp_path):
+    booleans = [field.name for field in all_fields() if field.type == "bool"]
+    assert {"mixed_precision", "jit_compile", "shared_vocab", "norm_first"} <= set(booleans)
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps({name: True for name in booleans} | {"epochs": 3}))
+
+    config, settings = settings_from("--config", str(config_path))
+    values = config.to_dict() | settings.to_dict()
+    assert all(values[name] is True for name in booleans) and settings.epochs == 3
+
+    negated = [f"--no-{FLAGS.flags[name][2:]}" for name in booleans]
+    config, settings = settings_from("--config", str(config_path), *negated)
+    values = config.to_dict() | settings.to_dict()
+    assert all(values[name] is False for name in booleans) and settings.epochs == 3
+
+
+def test_help_lists_every_flag_in_a_named_group(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    headings = re.findall(r"^(\S[^\n]*):$", text, flags=re.MULTILINE)
+    assert headings == ["options", "model", "data", "vocabulary", "run length and evaluation",
+                        "batching", "optimization", "hardware"]
+    for field in all_fields():
+        assert f"\n  {FLAGS.flags[field.name]}" in text, field.name
+    assert "--mixed-precision, --no-mixed-precision" in text
+    assert "--d-model N           width of every sub-layer output" in text
 
 
 def test_new_flags_reach_the_settings(tmp_path):
