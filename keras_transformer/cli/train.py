@@ -70,7 +70,9 @@ def add_parser(subparsers) -> None:
             "(English -> German number words). Every field of TransformerConfig and "
             "TrainingSettings is a flag; flags override --config, which overrides --preset. "
             "The defaults shown are those without --preset and --config; with either, what "
-            "they leave out takes the dataclasses' defaults."
+            "they leave out takes the dataclasses' defaults. A run sets --source-vocab-size and "
+            "--target-vocab-size to the sizes of the vocabularies it learns (--vocab-size) or "
+            "reuses (--vocab)."
         ),
     )
     parser.add_argument(
