@@ -15,6 +15,7 @@ _SOURCES = {
     "build_transformer": ".model",
     "layers": ".layers",
     "load_run": ".run_dir",
+    "load_translator": ".inference.loading",
 }
 __all__ = sorted(_SOURCES)
 __getattr__ = lazy_attributes(__name__, _SOURCES)

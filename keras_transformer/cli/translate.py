@@ -68,17 +68,26 @@ def server_translate(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     sentences = args.sentences or [line.rstrip("\r\n") for line in sys.stdin]
     if args.server:
-        translate = server_translate(args)
-    else:
-        from keras_transformer.inference.loading import LocalTranslator
+        return _print_server_translations(args, sentences)
+    from keras_transformer.inference.loading import load_translator
 
-        try:
-            translate = LocalTranslator(
-                args.model, beam_width=args.beam, alpha=args.alpha, batch_size=args.batch_size
-            ).translate
-        except FileNotFoundError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+    try:
+        translator = load_translator(
+            args.model, beam_width=args.beam, alpha=args.alpha, batch_size=args.batch_size
+        )
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    # All sentences in one call, as `load_translator(...).translate` gets them in a script, so
+    # that the batches (sorted by length) and hence the translations are the same.
+    for translation in translator.translate(sentences):
+        print(translation)
+    return 0
+
+
+def _print_server_translations(args: argparse.Namespace, sentences: list[str]) -> int:
+    """Sends the sentences `--batch-size` per request, printing each answer as it comes."""
+    translate = server_translate(args)
     for start in range(0, len(sentences), args.batch_size):
         try:
             translations = translate(sentences[start : start + args.batch_size])
