@@ -46,20 +46,22 @@ _METAVARS = {int: "N", float: "X", str: "TEXT"}
 
 
 def docstring_arguments(cls: type) -> dict[str, str]:
-    """The entries of a Google-style docstring's `Args:` section, each on one line.
+    """The entries of a Google-style docstring's `Args:` (or `Attributes:`) section, each on one
+    line.
 
     Returns:
         `{name: text}` in the docstring's order.
 
     Raises:
-        ValueError: if the docstring has no `Args:` section.
+        ValueError: if the docstring has neither section.
     """
     lines = inspect.cleandoc(cls.__doc__ or "").splitlines()
-    if "Args:" not in lines:
-        raise ValueError(f"{cls.__name__}'s docstring has no Args: section")
+    heading = next((line for line in lines if line in ("Args:", "Attributes:")), None)
+    if heading is None:
+        raise ValueError(f"{cls.__name__}'s docstring has no Args: or Attributes: section")
     entries: dict[str, str] = {}
     indent = None
-    for line in lines[lines.index("Args:") + 1 :]:
+    for line in lines[lines.index(heading) + 1 :]:
         if line and not line[0].isspace():
             break  # the next section
         depth = len(line) - len(line.lstrip())
@@ -121,7 +123,7 @@ class DataclassFlags:
                     name=field.name,
                     flag=renamed.get(field.name, "--" + field.name.replace("_", "-")),
                     type=value_type,
-                    default=field.default,
+                    default=None if field.default is dataclasses.MISSING else field.default,
                     choices=choices,
                 )
                 self._class_of[field.name] = cls

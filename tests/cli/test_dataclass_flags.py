@@ -53,6 +53,25 @@ def test_docstring_entries_are_joined_lines_with_flag_names():
     assert flags.help["width"] == "how wide, see --mode (100% means `width_of_nothing`)."
 
 
+def test_an_attributes_section_works_too():
+    @dataclasses.dataclass
+    class Point:
+        """A point.
+
+        Attributes:
+            x: across.
+            y: up.
+
+        Example:
+            >>> Point(1, 2)  # doctest: +SKIP
+        """
+
+        x: float = 0.0
+        y: float = 0.0
+
+    assert docstring_arguments(Point) == {"x": "across.", "y": "up."}
+
+
 @pytest.mark.parametrize("cls", [TransformerConfig, TrainingSettings])
 def test_the_project_dataclasses_document_exactly_their_fields(cls):
     assert list(docstring_arguments(cls)) == [field.name for field in dataclasses.fields(cls)]
@@ -107,6 +126,13 @@ def test_drift_between_a_dataclass_and_its_flags_is_an_error():
 
     with pytest.raises(ValueError, match="does not describe size"):
         DataclassFlags((Undocumented,))
+
+    @dataclasses.dataclass
+    class Bare:
+        size: int = 1
+
+    with pytest.raises(ValueError, match="Bare's docstring has no Args: or Attributes: section"):
+        DataclassFlags((Bare,))
 
     @dataclasses.dataclass
     class Listed:
