@@ -82,3 +82,5 @@ def test_shipped_multi30k_config_is_the_benchmarked_recipe():
     assert config.share_embeddings and config.tie_output_embedding and settings.shared_vocab
     assert (config.dropout, settings.warmup_steps, settings.average_checkpoints) == (0.15, 2000, 5)
     assert settings.time_budget_minutes == 60 and settings.mixed_precision
+    assert (settings.batch_tokens, settings.save_every, settings.eval_every) == (2048, 500, 1000)
+    assert settings.eval_sentences == 500 and settings.steps == 100_000
