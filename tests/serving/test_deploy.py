@@ -1,7 +1,10 @@
 """The TensorFlow Serving deployment files parse, agree with each other, and our local server
-accepts the same flags and config files."""
+accepts the same flags and config files; verify_tf_serving.sh says so when Docker cannot run."""
 
 import argparse
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,10 +13,12 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from serving.batching import BatchOptions
+from serving.compose_flags import local_flags
 from serving.flags import add_server_flags, server_options
 from serving.protos import BatchingParameters, MonitoringConfig
 
 DEPLOY = Path(__file__).resolve().parents[2] / "serving" / "deploy"
+SCRIPT = DEPLOY / "verify_tf_serving.sh"
 
 
 def read_proto(name, proto_class):
@@ -57,10 +62,10 @@ def test_compose_service(compose):
             assert (DEPLOY / mounted).is_file(), mounted
 
 
-def test_local_server_accepts_the_compose_flags(compose):
+def test_local_server_accepts_the_compose_flags(tmp_path):
     parser = argparse.ArgumentParser()
     add_server_flags(parser)
-    flags = [flag.replace("=/config/", f"={DEPLOY}/") for flag in compose["command"]]
+    flags = local_flags(DEPLOY / "docker-compose.yml", tmp_path)
     options = server_options(parser.parse_args(flags))
     assert options.model_config.model_config_list.config[0].name == "translator"
     assert options.batching.max_batch_size.value == 64
@@ -97,3 +102,67 @@ def test_kubernetes_objects(kube, compose):
     assert hpa["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     assert hpa["scaleTargetRef"]["kind"] == "Deployment"
     assert 1 <= hpa["minReplicas"] < hpa["maxReplicas"]
+
+
+def test_ci_workflow_installs_the_project_then_runs_the_script():
+    workflow = yaml.safe_load((DEPLOY.parents[1] / ".github/workflows/tf-serving.yml").read_text())
+    (job,) = workflow["jobs"].values()
+    assert job["runs-on"].startswith("ubuntu-")  # GitHub's Ubuntu runners have Docker
+    runs = [step.get("run") for step in job["steps"]]
+    assert runs.index("make venv") < runs.index("serving/deploy/verify_tf_serving.sh")
+
+
+def fake_docker(bin_dir: Path, log: Path, info_status: int = 0) -> None:
+    """A `docker` that logs its arguments (and the compose files it is given) and fails
+    `docker info` with `info_status` and `docker compose up`."""
+    script = bin_dir / "docker"
+    script.write_text(f"""#!/bin/bash
+echo "docker $*" >>{log}
+[[ $1 == info ]] && exit {info_status}
+for arg; do [[ $arg == *.yml && -f $arg ]] && cat "$arg" >>{log}; done
+[[ " $* " == *" up "* ]] && exit 1
+exit 0
+""")
+    script.chmod(0o755)
+
+
+def run_script(path: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=path)
+    return subprocess.run(
+        [shutil.which("bash"), str(SCRIPT), *args], env=env, capture_output=True, text=True,
+        timeout=120,
+    )
+
+
+def test_script_without_docker_exits_2(tmp_path):
+    (tmp_path / "dirname").symlink_to(shutil.which("dirname"))  # all it needs before the check
+    result = run_script(str(tmp_path))
+    assert result.returncode == 2
+    assert "docker is not installed here" in result.stderr
+    assert "nothing compared" in result.stderr
+
+
+def test_script_without_a_docker_daemon_exits_2(tmp_path):
+    log = tmp_path / "docker.log"
+    fake_docker(tmp_path, log, info_status=1)
+    result = run_script(f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert result.returncode == 2
+    assert "the Docker daemon is not reachable" in result.stderr
+    assert log.read_text() == "docker info\n"  # nothing started
+
+
+def test_script_stops_what_it_started_when_compose_fails(tmp_path, fixture_models):
+    log = tmp_path / "docker.log"
+    fake_docker(tmp_path, log)
+    export = fixture_models / "translator"
+    result = run_script(f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "--export", str(export))
+    assert result.returncode == 2, result.stderr
+    assert "docker compose up failed; nothing compared" in result.stderr
+    calls = [line for line in log.read_text().splitlines() if line.startswith("docker ")]
+    assert calls[:2] == ["docker info", "docker compose version"]
+    up, down = calls[2:]
+    assert f"-f {DEPLOY / 'docker-compose.yml'} -f " in up and up.endswith(" up -d")
+    assert down.endswith(" down --volumes --remove-orphans")
+    assert f'- "{export}:/models/translator:ro"' in log.read_text()  # the export replaces ../..
+    override = Path(up.split(" -f ")[2].split()[0])
+    assert not override.parent.exists()  # its work directory is gone
