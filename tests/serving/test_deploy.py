@@ -1,5 +1,6 @@
 """The TensorFlow Serving deployment files parse, agree with each other, and our local server
-accepts the same flags and config files; verify_tf_serving.sh says so when Docker cannot run."""
+accepts the same flags and config files; the GPU variants differ only in image and devices;
+verify_tf_serving.sh says so when Docker cannot run."""
 
 import argparse
 import os
@@ -34,6 +35,10 @@ def compose():
 def kube():
     documents = yaml.safe_load_all((DEPLOY / "kubernetes.yaml").read_text())
     return {doc["kind"]: doc for doc in documents}
+
+
+def read_yaml(path):
+    return yaml.safe_load((DEPLOY / path).read_text())
 
 
 def test_config_files_parse_as_tf_serving_protos():
@@ -102,6 +107,33 @@ def test_kubernetes_objects(kube, compose):
     assert hpa["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     assert hpa["scaleTargetRef"]["kind"] == "Deployment"
     assert 1 <= hpa["minReplicas"] < hpa["maxReplicas"]
+
+
+def test_compose_gpu_variant_changes_only_image_and_devices(compose):
+    (name, gpu), = read_yaml("docker-compose.gpu.yml")["services"].items()
+    assert name == "translator"
+    assert set(gpu) == {"image", "deploy"}  # flags, files, ports and export from the CPU file
+    assert gpu["image"] == compose["image"] + "-gpu"  # the same pinned release
+    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device == {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+
+
+def test_kubernetes_gpu_variant_patches_the_deployment(kube, compose):
+    assert read_yaml("kustomization.yaml")["resources"] == ["kubernetes.yaml"]
+    overlay = read_yaml("gpu/kustomization.yaml")
+    assert overlay["resources"] == [".."]
+    (patch_file,) = [patch["path"] for patch in overlay["patches"]]
+    patch = read_yaml(Path("gpu") / patch_file)
+    deployment = kube["Deployment"]
+    assert patch["kind"] == "Deployment"
+    assert patch["metadata"]["name"] == deployment["metadata"]["name"]
+    (container,) = patch["spec"]["template"]["spec"]["containers"]
+    (base_container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == base_container["name"]  # merged into it, by name
+    assert container["image"] == base_container["image"] + "-gpu" == compose["image"] + "-gpu"
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    (toleration,) = patch["spec"]["template"]["spec"]["tolerations"]
+    assert toleration["key"] == "nvidia.com/gpu"
 
 
 def test_ci_workflow_installs_the_project_then_runs_the_script():
