@@ -12,6 +12,9 @@ Layout:
       vocab/               tokenizers: source/ and target/, or shared/ (vocab.txt, tokenizer.json)
       model.keras          the best model (validation BLEU with `eval_every`, else loss), full
                            Keras file
+      run_info.json        what the run found and measured: pair counts, training time, the kept
+                           model's validation loss (and BLEU with sacreBLEU's signature), the
+                           project version and git commit it was trained with
       history.json         one entry per epoch (save interval of a step-based run):
                            {"epoch": [1, 2, ...], "step": [...], "loss": [...], "val_loss": [...],
                            "val_bleu": [..., null, ...], "target_tokens_per_second": [...], ...}
@@ -60,6 +63,10 @@ class RunPaths:
     @property
     def history(self) -> Path:
         return self.root / "history.json"
+
+    @property
+    def info(self) -> Path:
+        return self.root / "run_info.json"
 
     @property
     def learning_curve(self) -> Path:
@@ -201,15 +208,34 @@ def load_run_tokenizers(run_dir: str | Path) -> tuple[SubwordTokenizer, SubwordT
         raise ValueError(f"{directory}: cannot load the tokenizers: {error}") from error
 
 
-def read_history(run_dir: str | Path) -> dict:
-    """Reads `history.json`; an empty dict if the run has not finished an epoch yet."""
-    path = RunPaths(Path(run_dir)).history
+def _read_json(path: Path) -> dict:
+    """A JSON file of the run, or an empty dict if it is not written yet; errors name the file
+    and line."""
     if not path.exists():
         return {}
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from error
+
+
+def read_history(run_dir: str | Path) -> dict:
+    """Reads `history.json`; an empty dict if the run has not finished an epoch yet."""
+    return _read_json(RunPaths(Path(run_dir)).history)
+
+
+def read_run_info(run_dir: str | Path) -> dict:
+    """Reads `run_info.json`; an empty dict for a run that has not written it yet (or trained
+    before it existed)."""
+    return _read_json(RunPaths(Path(run_dir)).info)
+
+
+def write_run_info(run_dir: str | Path, info: dict) -> None:
+    """Writes `run_info.json` whole (replacing it in one rename, so a reader never sees half)."""
+    path = RunPaths(Path(run_dir)).info
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)
 
 
 def load_run(run_dir: str | Path, compile: bool = True) -> Run:

@@ -19,7 +19,13 @@ import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.settings import TrainingSettings
-from keras_transformer.text.corpus import CorpusFiles, pair_dataset, sample_corpus, scan_corpus
+from keras_transformer.text.corpus import (
+    CorpusFiles,
+    CorpusStats,
+    pair_dataset,
+    sample_corpus,
+    scan_corpus,
+)
 from keras_transformer.text.data import DataError, ParallelCorpus, make_dataset, read_parallel_files
 from keras_transformer.text.demo_data import demo_vocabularies, make_demo_corpus
 from keras_transformer.text.tokenizer import SubwordTokenizer
@@ -45,11 +51,14 @@ class RunData:
         validation: the validation pairs.
         held_out: for streamed files without validation files, the share of pairs (chosen by
             `split_held_out`) that makes up `validation` and is left out of training; else None.
+        scanned: for training files, what the pre-scan counted (held-out pairs included);
+            else None.
     """
 
     train: ParallelCorpus | CorpusFiles
     validation: ParallelCorpus
     held_out: float | None = None
+    scanned: CorpusStats | None = None
 
 
 def training_files(settings: TrainingSettings) -> CorpusFiles | None:
@@ -74,14 +83,15 @@ def load_corpora(settings: TrainingSettings) -> RunData:
         DataError: naming the file and line of unusable data, or when no pair is held out.
     """
     files = training_files(settings)
+    scanned = None
     if files is None:
         train, validation = make_demo_corpus(seed=settings.seed)
     else:
-        scan_corpus(files)
+        scanned = scan_corpus(files)
         train = files
     if settings.val_source_file is not None:
         validation = read_parallel_files(settings.val_source_file, settings.val_target_file)
-        return RunData(train, validation)
+        return RunData(train, validation, scanned=scanned)
     if files is None:
         return RunData(train, validation)
     fraction = settings.validation_fraction
@@ -95,7 +105,7 @@ def load_corpora(settings: TrainingSettings) -> RunData:
             f"{files.origin}: no pair was held out for validation (validation_fraction "
             f"{fraction}); give validation files or a larger validation_fraction"
         )
-    return RunData(train, ParallelCorpus(sources, targets), held_out=fraction)
+    return RunData(train, ParallelCorpus(sources, targets), held_out=fraction, scanned=scanned)
 
 
 def split_held_out(

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import keras
+import sacrebleu
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
@@ -57,6 +58,7 @@ from keras_transformer.training.inputs import (
 )
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.run_info import RunInfo
 from keras_transformer.training.schedules import TransformerSchedule
 
 # Settings that may change when an interrupted run is resumed; anything else would make the
@@ -82,6 +84,16 @@ def compile_model(
         metrics=[MaskedAccuracy()],
         jit_compile=settings.jit_compile,
     )
+
+
+@contextlib.contextmanager
+def unknown_dataset_lengths():
+    """Silences Keras' warning at the end of a dataset of unknown length: bucketed batches have
+    no length known in advance, so Keras finds the end of the first epoch (or evaluation) by
+    running out of data and warns about it, although nothing is wrong."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        yield
 
 
 @contextlib.contextmanager
@@ -144,9 +156,11 @@ def _callbacks(
     bleu: BleuScorer | None,
     previous: dict,
     start: float,
+    extra: list[keras.callbacks.Callback],
 ) -> list[keras.callbacks.Callback]:
     """The run's callbacks, in the order they must see each epoch's logs (`start`: when the
-    run started, by `time.monotonic()`)."""
+    run started, by `time.monotonic()`; `extra`: the caller's own, and the chief's run-info
+    writer)."""
     chief = is_chief(strategy)
     agree = functools.partial(any_worker, strategy)
     best_val_loss = _best(previous, "val_loss", min)
@@ -181,9 +195,34 @@ def _callbacks(
             directory=paths.root / CHECKPOINTS, bleu=bleu, best_val_bleu=best_val_bleu,
             unit="epochs" if settings.steps is None else "checkpoints",
         ))
+    # After the run's own (they see the logs the history records), before the backup.
+    callbacks += extra
     # Last, so that a backup of epoch k implies that epoch k's checkpoint and history are written.
     callbacks.append(keras.callbacks.BackupAndRestore(str(paths.backup)))
     return callbacks
+
+
+def validate_kept_model(
+    run: Run, val_data: tf.data.Dataset, bleu: BleuScorer | None, *, trim: bool
+) -> dict:
+    """The validation of the model a run keeps (`model.keras`): its loss, token-weighted as the
+    history's, and with `bleu` its sacreBLEU score and signature on the scorer's sentences.
+
+    Returns:
+        `{"val_loss": ...}`, with BLEU `{"val_bleu", "bleu_signature", "bleu_sentences"}` too.
+    """
+    TokenWeightedSteps(run.model, trim=trim).install()
+    with unknown_dataset_lengths():
+        results = run.model.evaluate(val_data, verbose=0, return_dict=True)
+    validation = {"val_loss": float(results["loss"])}
+    if bleu is not None:
+        scorer = BleuScorer(run.model, run.source_tokenizer, run.target_tokenizer, bleu.sources,
+                            bleu.references, lowercase=bleu.lowercase)
+        metric = sacrebleu.metrics.BLEU(lowercase=bleu.lowercase)  # as BleuScorer scores
+        score = metric.corpus_score(scorer.translate(scorer.sources), [scorer.references])
+        validation.update(val_bleu=score.score, bleu_signature=str(metric.get_signature()),
+                          bleu_sentences=len(scorer.sources))
+    return validation
 
 
 def train(
@@ -191,6 +230,7 @@ def train(
     settings: TrainingSettings,
     run_dir: str | Path,
     *,
+    callbacks: list[keras.callbacks.Callback] | None = None,
     verbose: int | str = "auto",
 ) -> Run | None:
     """Trains a Transformer with `model.fit` and fills the run directory (see `run_dir`).
@@ -213,11 +253,18 @@ def train(
     In a multi-worker cluster every worker calls `train`; only the chief writes `run_dir`, the
     others keep their backups under `run_dir/workers/<task>/`.
 
+    `run_info.json` (see `RunInfo`) records the pair counts, the project version and git commit,
+    the training time and, at the end, the kept model's validation loss and BLEU (with
+    sacreBLEU's signature); the model card reads it.
+
     Args:
         config: model hyper-parameters; `source_vocab_size` and `target_vocab_size` are replaced
             by the sizes of the built vocabularies.
         settings: training settings.
         run_dir: the run directory (created if missing).
+        callbacks: Keras callbacks of your own, added to `fit`'s after the run's own: at each
+            epoch's end they see the logs the history records (`loss`, `val_loss`, `step`,
+            tokens per second, `val_bleu`). Every worker runs them.
         verbose: `model.fit` verbosity (1: progress bars).
 
     Returns:
@@ -259,6 +306,9 @@ def train(
     if resuming:
         _check_resumable(paths, config, settings)
     save_run_config(paths.config, config, settings)
+    run_info = RunInfo(paths, data, start, resuming=resuming)
+    if chief:
+        run_info.save()
 
     start_epoch = backed_up_epoch(paths) if resuming else 0
     pairs = training_pairs(data, settings, start_epoch=start_epoch)
@@ -288,19 +338,19 @@ def train(
         bleu = BleuScorer(model, source_tokenizer, target_tokenizer, val_corpus.sources[:count],
                           val_corpus.targets[:count], lowercase=settings.lower_case)
     previous = read_history(paths.root) if resuming else {}
-    callbacks = _callbacks(settings, paths, strategy, token_steps, val_data, bleu, previous,
-                           start)
+    extra = list(callbacks or [])
+    if chief:
+        extra.append(run_info.callback())
+    fit_callbacks = _callbacks(settings, paths, strategy, token_steps, val_data, bleu, previous,
+                               start, extra)
     epochs, steps_per_epoch = fit_length(settings)
-    with warnings.catch_warnings():
-        # Bucketed batches have no length known in advance; Keras finds the end of the first
-        # epoch by running out of data and warns about it, although nothing is wrong.
-        warnings.filterwarnings("ignore", message="Your input ran out of data")
+    with unknown_dataset_lengths():
         history = model.fit(
             train_data,
             validation_data=val_data,
             epochs=epochs,
             steps_per_epoch=steps_per_epoch,
-            callbacks=callbacks,
+            callbacks=fit_callbacks,
             shuffle=False,  # make_dataset shuffles (seeded) before bucketing
             verbose=verbose,
         )
@@ -310,4 +360,13 @@ def train(
             f"training diverged: the loss became NaN in epoch {len(losses)}; try a smaller "
             "learning_rate_scale or more warmup_steps"
         )
-    return load_run(run_dir) if chief else None
+    if not chief:
+        return None
+    run = load_run(run_dir)
+    validation = validate_kept_model(run, val_data, bleu, trim=not settings.jit_compile)
+    run_info.finish(validation)
+    bleu_text = ("" if bleu is None else f", BLEU {validation['val_bleu']:.2f} "
+                 f"({validation['bleu_signature']})")
+    print(f"Kept model ({paths.model}): val_loss {validation['val_loss']:.4f}{bleu_text}.",
+          flush=True)
+    return run

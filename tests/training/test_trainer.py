@@ -269,3 +269,38 @@ def test_patience_stops_a_run_whose_bleu_does_not_improve(
     assert len(set(run.history["val_bleu"])) == 1
     assert "No better val_bleu in 2 validations: stopping after epoch 3." in (
         capsys.readouterr().out)
+
+
+class Recorder(keras.callbacks.Callback):
+    """Counts the calls a user's callback gets and keeps the logs of each epoch."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = {"train_begin": 0, "train_batch_end": 0, "epoch_end": 0, "train_end": 0}
+        self.epoch_logs = []
+
+    def on_train_begin(self, logs=None):
+        self.calls["train_begin"] += 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls["train_batch_end"] += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.calls["epoch_end"] += 1
+        self.epoch_logs.append(dict(logs))
+
+    def on_train_end(self, logs=None):
+        self.calls["train_end"] += 1
+
+
+def test_user_callbacks_are_called_with_the_runs_logs(trained_run_dir, tiny_config, tmp_path):
+    recorder = Recorder()
+    settings = TrainingSettings(**files_of(trained_run_dir), epochs=2, steps_per_epoch=3)
+    run = train(tiny_config, settings, tmp_path / "run", callbacks=[recorder], verbose=0)
+    assert recorder.calls == {"train_begin": 1, "train_batch_end": 6, "epoch_end": 2,
+                              "train_end": 1}
+    assert recorder.model is not None and recorder.model.count_params() == (
+        run.model.count_params())
+    assert [logs["step"] for logs in recorder.epoch_logs] == [3, 6]
+    for name in ("loss", "val_loss", "target_tokens_per_second"):
+        assert [logs[name] for logs in recorder.epoch_logs] == pytest.approx(run.history[name])
