@@ -2,7 +2,8 @@
 
 Each version is written into a hidden temporary directory beside the final one and renamed into
 place only when complete (a server polling `<base>` never sees half a model), with a warmup file
-`assets.extra/tf_serving_warmup_requests` that TF Serving replays before it serves the version.
+`assets.extra/tf_serving_warmup_requests` that TF Serving replays before it serves the version,
+and the model card `assets.extra/model_card.json` / `model_card.md` (see `model_card`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from keras_transformer.inference.translator import (
     TOKENS_SIGNATURE,
     Translator,
 )
+from keras_transformer.model_card import export_card, run_card, write_model_card
 from keras_transformer.run_dir import load_run
 
 log = logging.getLogger(__name__)
@@ -103,8 +105,10 @@ def export_translator(
     *,
     version: int | None = None,
     warmup_sentences: Sequence[str] | None = None,
+    card: dict | None = None,
 ) -> Path:
-    """Saves `translator` as `<base_dir>/<version>/`, atomically.
+    """Saves `translator` as `<base_dir>/<version>/`, atomically, with its warmup requests and
+    model card.
 
     Args:
         translator: the `Translator` to save (signatures `serving_default`,
@@ -114,6 +118,8 @@ def export_translator(
         version: version number; default: the next free one.
         warmup_sentences: source sentences for the warmup requests; default:
             `sample_sentences(translator.source_tokenizer)`.
+        card: what the card says of the model's training (`model_card.run_card`); the export
+            adds its decoding options, signatures and software versions.
 
     Returns:
         the version directory.
@@ -135,6 +141,9 @@ def export_translator(
     try:
         tf.saved_model.save(translator, os.fspath(staging), signatures=translator.signatures())
         write_warmup_file(staging / WARMUP_FILE, warmup_requests(translator, sentences, base.name))
+        decoding = dict(beam_width=translator.beam_width, alpha=translator.alpha,
+                        max_length=translator.max_length)
+        write_model_card(staging, export_card(staging, decoding, card))
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -162,7 +171,7 @@ def export_run(
             `Translator`).
 
     Returns:
-        the version directory.
+        the version directory, with the run's model card (`model_card.run_card`).
     """
     run = load_run(run_dir, compile=False)
     translator = Translator(
@@ -174,5 +183,6 @@ def export_run(
         max_length=max_length,
     )
     return export_translator(
-        translator, base_dir, version=version, warmup_sentences=warmup_sentences
+        translator, base_dir, version=version, warmup_sentences=warmup_sentences,
+        card=run_card(run_dir),
     )

@@ -18,6 +18,7 @@ COMMANDS = (
     "translate",
     "evaluate",
     "plot_attention",
+    "info",
     "demo",
 )
 

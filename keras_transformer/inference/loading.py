@@ -65,6 +65,11 @@ class CrossAttention:
 TranslateFunction = Callable[[tf.Tensor], dict]
 
 
+def _check_positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+
+
 class LoadedTranslator(abc.ABC):
     """What `load_translator` returns: a model on this machine that translates lists of strings.
 
@@ -82,10 +87,8 @@ class LoadedTranslator(abc.ABC):
     def __init__(
         self, description: str, *, beam_width: int | None, alpha: float | None, batch_size: int
     ):
-        if beam_width is not None and beam_width < 1:
-            raise ValueError(f"beam_width must be a positive integer, got {beam_width}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        _check_positive("beam_width", beam_width)
+        _check_positive("batch_size", batch_size)
         self.description = description
         self.beam_width = beam_width
         self.alpha = alpha
@@ -118,8 +121,7 @@ class LoadedTranslator(abc.ABC):
         Returns:
             one translation per sentence, in their order.
         """
-        if beam_width is not None and beam_width < 1:
-            raise ValueError(f"beam_width must be a positive integer, got {beam_width}")
+        _check_positive("beam_width", beam_width)
         call = self._translate_function(
             self.beam_width if beam_width is None else beam_width,
             self.alpha if alpha is None else alpha,

@@ -42,13 +42,15 @@ def test_help_imports_neither_tensorflow_nor_keras():
     [
         # What `translate --model` runs, up to loading a model.
         "import keras_transformer.cli.translate\n"
-        "from keras_transformer.inference.loading import LocalTranslator",
+        "from keras_transformer.inference.loading import load_translator",
         # What `serve` runs, up to starting the server.
         "import keras_transformer.cli.serve\nimport serving.server",
-        # Export reads run directories without the trainer.
+        # Export reads run directories without the trainer; so does `info`.
         "import keras_transformer.export",
+        "import keras_transformer.cli.info\nimport keras_transformer.model_card\n"
+        "import keras_transformer.run_dir\nimport keras_transformer.inference.loading",
     ],
-    ids=["translate", "serve", "export"],
+    ids=["translate", "serve", "export", "info"],
 )
 def test_serving_commands_do_not_import_the_training_stack(code):
     modules = loaded_modules(code)
