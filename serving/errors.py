@@ -26,6 +26,11 @@ _HTTP_STATUS = {
 }
 
 
+def http_status(code: str) -> int:
+    """The REST status TF Serving answers for a canonical code name (`"NOT_FOUND"` -> 404)."""
+    return _HTTP_STATUS[code]
+
+
 class ServingError(Exception):
     """A request failure with a canonical status code (the names of `tensorflow.error.Code`).
 
@@ -43,7 +48,7 @@ class ServingError(Exception):
 
     @property
     def http_status(self) -> int:
-        return _HTTP_STATUS[self.code]
+        return http_status(self.code)
 
     @property
     def grpc_status(self) -> grpc.StatusCode:

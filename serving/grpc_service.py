@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import grpc
 import numpy as np
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 from tensorflow.core.framework import tensor_pb2, types_pb2
 from tensorflow.core.protobuf import error_codes_pb2
 from tensorflow_serving.apis import (
@@ -59,6 +62,25 @@ def tensor_proto(array: np.ndarray) -> tensor_pb2.TensorProto:
     return proto
 
 
+def tensor_from_proto(alias: str, proto: tensor_pb2.TensorProto, max_elements: int) -> np.ndarray:
+    """`tf.make_ndarray` for a request tensor, refusing shapes it cannot or must not build.
+
+    A TensorProto may hold fewer values than its shape has elements (TF repeats the last one),
+    so a few bytes can ask for any size: more than `max_elements` elements, or a negative size,
+    is INVALID_ARGUMENT before anything is allocated.
+    """
+    dims = [dim.size for dim in proto.tensor_shape.dim]
+    if any(size < 0 for size in dims):
+        raise invalid_argument(f"tensor parsing error: {alias} has a negative dimension {dims}")
+    elements = math.prod(dims)
+    if elements > max_elements:
+        raise invalid_argument(
+            f"tensor parsing error: {alias} has shape {dims}, {elements} elements; this server "
+            f"builds at most {max_elements} elements per input tensor"
+        )
+    return tf.make_ndarray(proto)
+
+
 def _model_spec(request) -> tuple[str, int | None, str | None]:
     if not request.HasField("model_spec"):
         raise invalid_argument("Missing ModelSpec")
@@ -84,10 +106,16 @@ def _message(error: ServingError) -> str:
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """Predict / GetModelMetadata / Classify / Regress over gRPC."""
+    """Predict / GetModelMetadata / Classify / Regress over gRPC.
 
-    def __init__(self, predictor: Predictor):
+    Args:
+        predictor: runs requests and holds the metrics.
+        max_elements: the most elements one request tensor may have (see `tensor_from_proto`).
+    """
+
+    def __init__(self, predictor: Predictor, max_elements: int):
         self._predictor = predictor
+        self._max_elements = max_elements
 
     async def _call(self, api: str, request, context, work: Callable[[], Awaitable[Any]]):
         start, error = time.perf_counter(), None
@@ -113,7 +141,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                         f"Expects arg[{index}] to be {expected.dtype[3:].lower()} but "
                         f"{types_pb2.DataType.Name(proto.dtype)[3:].lower()} is provided"
                     )
-                inputs[alias] = tf.make_ndarray(proto)
+                inputs[alias] = tensor_from_proto(alias, proto, self._max_elements)
             wanted = list(request.output_filter)
             for alias in wanted:
                 if alias not in signature.outputs:
@@ -211,8 +239,67 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
 
-def add_services(server: grpc.aio.Server, predictor: Predictor) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Unparsable:
+    """Request bytes that are not a valid message (e.g. a string field that is not UTF-8)."""
+
+    error: str
+
+
+def _parse_failures_are_invalid_argument(
+    handler: grpc.RpcMethodHandler,
+) -> grpc.RpcMethodHandler:
+    """A unary handler that answers INVALID_ARGUMENT to undecodable bytes (grpc's own answer
+    is UNKNOWN, i.e. a server error, with a traceback in the log)."""
+    parse, behaviour = handler.request_deserializer, handler.unary_unary
+
+    def deserialize(data: bytes):
+        try:
+            return parse(data)
+        except DecodeError as error:
+            return _Unparsable(str(error))
+
+    async def run(request, context):
+        if isinstance(request, _Unparsable):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"Could not parse the request: {request.error}"
+            )
+        return await behaviour(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(run, deserialize, handler.response_serializer)
+
+
+class _TolerantHandlers(grpc.GenericRpcHandler):
+    """Serves a generated service's handlers with `_parse_failures_are_invalid_argument`."""
+
+    def __init__(self, handlers: grpc.GenericRpcHandler):
+        self._handlers = handlers
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
+    def service(self, handler_call_details):
+        method = handler_call_details.method
+        if method not in self._wrapped:
+            handler = self._handlers.service(handler_call_details)
+            if handler is None:
+                return None
+            self._wrapped[method] = _parse_failures_are_invalid_argument(handler)
+        return self._wrapped[method]
+
+
+class _Registrar:
+    """What the generated `add_*Servicer_to_server` functions call, wrapping their handlers."""
+
+    def __init__(self, server: grpc.aio.Server):
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        self._server.add_generic_rpc_handlers(tuple(_TolerantHandlers(h) for h in handlers))
+
+
+def add_services(server: grpc.aio.Server, predictor: Predictor, max_request_bytes: int) -> None:
+    """Adds both services; a request tensor may have as many elements as a request has bytes."""
+    registrar = _Registrar(server)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionService(predictor), server
+        PredictionService(predictor, max_request_bytes), registrar
     )
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(predictor), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(predictor), registrar)

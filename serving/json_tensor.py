@@ -23,6 +23,7 @@ from serving.signatures import TensorInfo
 ROW, COLUMNAR = "row", "columnar"
 _B64 = "b64"
 _DEBUG_STRING_BYTES = 256
+_MAX_DIMS = 64  # numpy's limit (TensorFlow's is 254)
 
 _NUMPY_DTYPES = {
     "DT_FLOAT": np.float32,
@@ -55,8 +56,15 @@ def type_name(dtype: str) -> str:
 
 
 def debug_string(value: Any) -> str:
-    """Compact JSON of `value`, cut at 256 bytes, for error messages."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    """Compact JSON of `value`, cut at 256 bytes, for error messages.
+
+    A document that parsed just under the recursion limit can be too deep to write back from a
+    deeper stack: it is then shown by its type alone.
+    """
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except RecursionError:
+        text = f"<{_json_type(value)} nested too deeply to show>"
     return text[:_DEBUG_STRING_BYTES]
 
 
@@ -197,9 +205,18 @@ def _leaf_converter(dtype: str) -> Callable[[Any], Any]:
 
 
 def _dense_shape(value: Any) -> list[int]:
-    """Shape of a nested list, read from the first element at each level."""
+    """Shape of a nested list, read from the first element at each level.
+
+    Raises:
+        ServingError: INVALID_ARGUMENT beyond numpy's 64 dimensions.
+    """
     shape = []
     while isinstance(value, list):
+        if len(shape) == _MAX_DIMS:
+            raise invalid_argument(
+                f"JSON Value: {debug_string(value)} nests lists more than {_MAX_DIMS} levels "
+                f"deep; a tensor has at most {_MAX_DIMS} dimensions here"
+            )
         shape.append(len(value))
         if not value:
             break

@@ -64,7 +64,7 @@ async def _serve(options: ServerOptions, batching: BatchOptions | None) -> int:
         ("grpc.max_receive_message_length", options.max_request_bytes),
         ("grpc.max_send_message_length", 2**31 - 1),
     ])
-    add_services(grpc_server, predictor)
+    add_services(grpc_server, predictor, options.max_request_bytes)
     runner = web.AppRunner(
         RestApi(predictor, options.prometheus_path, options.rest_timeout_seconds, options.cors,
                 options.max_request_bytes).app(),

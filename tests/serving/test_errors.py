@@ -3,7 +3,7 @@
 import grpc
 import pytest
 
-from serving.errors import ServingError, from_exception
+from serving.errors import ServingError, from_exception, http_status
 
 
 @pytest.mark.parametrize(
@@ -18,11 +18,12 @@ from serving.errors import ServingError, from_exception
 )
 def test_http_and_grpc_mapping(code, http):
     error = ServingError(code, "m")
-    assert error.http_status == http
+    assert error.http_status == http == http_status(code)
     assert error.grpc_status == getattr(grpc.StatusCode, code)
 
 
 def test_ok_is_not_an_error():
+    assert http_status("OK") == 200
     with pytest.raises(ValueError):
         ServingError("OK", "fine")
 

@@ -149,3 +149,42 @@ def test_tensor_proto_uses_typed_fields():
     assert list(strings.string_val) == [b"a", b"b"]
     np.testing.assert_array_equal(tf.make_ndarray(tensor_proto(np.ones(3, np.float16))),
                                   np.ones(3, np.float16))
+
+
+def string_request(dims: list[int], values: list[bytes]) -> predict_pb2.PredictRequest:
+    """A Predict request whose `text` tensor states `dims` but carries only `values`."""
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "translator"
+    proto = request.inputs["text"]
+    proto.dtype = tf.string.as_datatype_enum
+    for size in dims:
+        proto.tensor_shape.dim.add(size=size)
+    proto.string_val.extend(values)
+    return request
+
+
+def test_shapes_filled_by_repeating_a_value_are_bounded(predictions):
+    # TF fills a TensorProto with fewer values than its shape by repeating the last one. Kept:
+    response = predictions.Predict(string_request([3], [b"a b"]), timeout=30)
+    assert list(response.outputs["translation"].string_val) == [b"b a v1"] * 3
+    # but 2**40 elements from one value used to be built in memory (the server hung or was
+    # killed); a negative size is no shape at all. Both are refused, and the server stays up.
+    huge = rpc_error(predictions.Predict, string_request([1 << 40], [b"a"]))
+    assert huge.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "1099511627776 elements; this server builds at most 200000" in huge.details()
+    negative = rpc_error(predictions.Predict, string_request([-7], [b"a"]))
+    assert negative.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert negative.details() == "tensor parsing error: text has a negative dimension [-7]"
+    assert predictions.Predict(string_request([1], [b"a b"]), timeout=30).outputs
+
+
+def test_undecodable_requests_are_invalid_argument(channel, predictions):
+    # Raw bytes, as a client in another language could send them. grpc answers UNKNOWN (a
+    # server error) when the request does not parse; it is the client's fault.
+    send = channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
+    spec = b"\n\x0ctranslator\xff\xfe"  # ModelSpec.name: not UTF-8, which proto3 refuses
+    for body in (b"\n" + bytes([len(spec)]) + spec, b"\xff\xff\xff\xff"):
+        error = rpc_error(send, body)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+        assert error.details().startswith("Could not parse the request: ")
+    assert predictions.Predict(string_request([1], [b"a b"]), timeout=30).outputs

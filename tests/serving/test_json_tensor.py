@@ -215,3 +215,21 @@ def test_bytes_outputs_are_base64_and_bad_outputs_rejected():
     # Columnar has no batch constraint.
     assert json.loads(json_tensor.predict_response(uneven, json_tensor.COLUMNAR))["outputs"]["b"]
     assert json.loads(json_tensor.error_body("bad")) == {"error": "bad"}
+
+
+def test_nesting_deeper_than_a_tensor_can_be_is_refused():
+    value = "a"
+    for _ in range(65):
+        value = [value]
+    with pytest.raises(ServingError, match="nests lists more than 64 levels deep") as caught:
+        json_tensor.tensor_from_json(value, "DT_STRING")
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert json_tensor.tensor_from_json(value[0], "DT_STRING").shape == (1,) * 64
+
+
+def test_debug_string_of_a_document_too_deep_to_write():
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+    assert json_tensor.debug_string(value) == "<Array nested too deeply to show>"
+    assert json_tensor.debug_string({"a": [1, 2]}) == '{"a":[1,2]}'

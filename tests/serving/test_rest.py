@@ -238,3 +238,16 @@ def test_slow_requests_answer_504():
     status, body = asyncio.run(main())
     assert status == 504 and body == {"error": "Request timed out after 200 ms"}
     assert predictor.recorded == [("m", "predict", "REST", "DEADLINE_EXCEEDED")]
+
+
+def test_deep_nesting_is_a_client_error_at_every_depth(url):
+    # Near the recursion limit a body can parse and then be too deep to quote back in an error
+    # message (that answered 500); far beyond it, parsing itself fails. Always 400.
+    templates = ('{"instances": %s}', '{"instances": 5, "x": %s}',
+                 '{"signature_name": %s, "instances": ["a"]}')
+    for depth in [*range(900, 1001), 90_000]:
+        nested = "[" * depth + '"a"' + "]" * depth
+        for template in templates:
+            response = post(url, "/v1/models/translator:predict", template % nested)
+            assert response.status_code == 400, (depth, template, response.text[:300])
+    assert post(url, "/v1/models/translator:predict", {"instances": ["ok"]}).ok
