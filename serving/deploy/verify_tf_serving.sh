@@ -15,7 +15,7 @@
 #
 # Exit status: 0 same answers, 1 differences found, 2 could not compare (no Docker daemon or
 # compose plugin, a server that did not start). Environment: PYTHON (default .venv/bin/python),
-# WAIT_SECONDS (default 600: image pull and model load).
+# WAIT_SECONDS (how long to wait for both to load the model, default 600).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
