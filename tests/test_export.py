@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow_serving.apis import prediction_log_pb2
 
 from keras_transformer import export
@@ -155,8 +156,10 @@ def fake_save(monkeypatch):
 
     def save(module, path, signatures=None):
         seen.append(sorted(os.listdir(os.path.dirname(path))))
+        # A SavedModel with one serving graph and no signatures (the model card reads it).
+        graph = meta_graph_pb2.MetaGraphDef(meta_info_def={"tags": ["serve"]})
         with open(os.path.join(path, "saved_model.pb"), "wb") as file:
-            file.write(b"partial")
+            file.write(saved_model_pb2.SavedModel(meta_graphs=[graph]).SerializeToString())
         if module.fail:
             raise OSError("disk full")
 
@@ -170,6 +173,7 @@ class FakeTranslator:
     def __init__(self, source_tokenizer, fail=False):
         self.source_tokenizer = source_tokenizer
         self.fail = fail
+        self.beam_width, self.alpha, self.max_length = 3, 0.5, None
 
     def signatures(self):
         return {}
@@ -190,6 +194,9 @@ def test_versions_count_up_from_the_highest(translator, fake_save, tmp_path):
     exported.append(export.export_translator(translator, base))
     assert [path.name for path in exported] == ["1", "2", "7", "8"]
     assert export.versions(base) == [1, 2, 7, 8]
+    card = json.loads((exported[-1] / "assets.extra" / "model_card.json").read_text())
+    assert card["decoding"] == {"beam_width": 3, "alpha": 0.5, "max_length": None}
+    assert card["signatures"] == {}
     with pytest.raises(FileExistsError):
         export.export_translator(translator, base, version=2)
     # While a version was being written, only a hidden staging directory was there.
