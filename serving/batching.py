@@ -141,6 +141,8 @@ def merge_inputs(
     """
     rows = sum(batch_size(inputs) for inputs in tasks)
     target = next((size for size in allowed_batch_sizes if size >= rows), rows)
+    if len(tasks) == 1 and target == rows:  # nothing to merge or pad: no copy
+        return tasks[0], 0
     merged = {}
     for name in tasks[0]:
         arrays = [inputs[name] for inputs in tasks]
@@ -285,7 +287,8 @@ class Batcher:
                 return
             queue.changed.clear()
             try:
-                await asyncio.wait_for(queue.changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await queue.changed.wait()
             except TimeoutError:
                 return
 
@@ -301,18 +304,10 @@ class Batcher:
 
     async def _process(self, target: tuple, tasks: list[_Task]) -> None:
         try:
-            merged, padding = merge_inputs(
-                [t.inputs for t in tasks],
-                self.options.pad_variable_length_inputs,
-                self.options.allowed_batch_sizes,
+            results = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._run_batch, target, [t.inputs for t in tasks],
+                [t.size for t in tasks],
             )
-            executed = sum(t.size for t in tasks) + padding
-            self._metrics.processed_batch_size.observe(executed)
-            self._metrics.padding_size.observe(padding, str(executed))
-            outputs = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._execute, *target[:2], merged, target[2]
-            )
-            results = split_outputs(outputs, [t.size for t in tasks], padding)
         except Exception as exception:  # every request of the batch gets the error
             error = from_exception(exception)
             for task in tasks:
@@ -324,6 +319,18 @@ class Batcher:
                     task.future.set_result(result)
         finally:
             self._threads.release()
+
+    def _run_batch(self, target: tuple, inputs: list[Arrays], sizes: list[int]) -> list[Arrays]:
+        """On a batch thread, so the event loop keeps reading requests: merges the requests'
+        inputs, runs them once and cuts the outputs back into one dict per request."""
+        merged, padding = merge_inputs(
+            inputs, self.options.pad_variable_length_inputs, self.options.allowed_batch_sizes
+        )
+        executed = sum(sizes) + padding
+        self._metrics.processed_batch_size.observe(executed)
+        self._metrics.padding_size.observe(padding, str(executed))
+        servable, signature, api = target
+        return split_outputs(self._execute(servable, signature, merged, api), sizes, padding)
 
     def close(self) -> None:
         """Waits for running batches and stops the batch threads."""

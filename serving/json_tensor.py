@@ -92,6 +92,7 @@ def _first_key_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_first_key_wins)
+_ENCODER = json.JSONEncoder(ensure_ascii=False)  # made once: json.dumps(..., kw) makes one a call
 
 
 def parse_request(body: bytes) -> dict[str, Any]:
@@ -414,21 +415,25 @@ def format_float(value: float, float32: bool) -> str:
     return text
 
 
-def _writer(array: np.ndarray, name: str) -> Callable[[Any], str]:
+def _json_ready(array: np.ndarray, name: str) -> tuple[Any, Callable[[Any], str] | None]:
+    """`array` as nested lists of values `json.dumps` writes the way TF Serving does, or, for
+    floats (`%g` rules, NaN tokens), nested lists plus the writer of one float."""
     kind = array.dtype
     if kind in (np.float32, np.float64):
         float32 = kind == np.float32
-        return lambda value: format_float(value, float32)
-    if kind == np.bool_:
-        return lambda value: "true" if value else "false"
-    if np.issubdtype(kind, np.integer):
-        return str
+        return array.tolist(), lambda value: format_float(value, float32)
+    if kind == np.bool_ or np.issubdtype(kind, np.integer):
+        return array.tolist(), None
     if kind == np.object_ or kind.kind in "SU":
         if name.endswith("_bytes"):
-            return lambda value: json.dumps({_B64: base64.b64encode(_as_bytes(value)).decode()})
-        return lambda value: json.dumps(
-            _as_bytes(value).decode("utf-8", errors="replace"), ensure_ascii=False
-        )
+            def convert(value: Any) -> Any:
+                return {_B64: base64.b64encode(_as_bytes(value)).decode()}
+        else:
+            def convert(value: Any) -> Any:
+                return _as_bytes(value).decode("utf-8", errors="replace")
+        flat = np.empty(array.size, dtype=object)
+        flat[:] = [convert(value) for value in array.ravel().tolist()]
+        return flat.reshape(array.shape).tolist(), None
     tf_name = {np.float16: "half"}.get(kind.type, str(kind))
     raise invalid_argument(f"Failed to write JSON value for tensor type: {tf_name}")
 
@@ -437,10 +442,13 @@ def _as_bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
 
-def _write(value: Any, write_leaf: Callable[[Any], str]) -> str:
+def _write(value: Any, write_float: Callable[[Any], str] | None) -> str:
+    """JSON text of nested lists, with `", "` between items like `json.dumps`."""
+    if write_float is None:
+        return _ENCODER.encode(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_write(item, write_leaf) for item in value) + "]"
-    return write_leaf(value)
+        return "[" + ", ".join(_write(item, write_float) for item in value) + "]"
+    return write_float(value)
 
 
 def predict_response(outputs: Mapping[str, np.ndarray], request_format: str) -> str:
@@ -450,10 +458,10 @@ def predict_response(outputs: Mapping[str, np.ndarray], request_format: str) -> 
         ServingError: INVALID_ARGUMENT for a row request whose outputs are not batch-major with a
             common dim 0, or an output dtype JSON cannot carry (half, bfloat16, complex).
     """
-    writers = {name: _writer(array, name) for name, array in outputs.items()}
+    ready = {name: _json_ready(array, name) for name, array in outputs.items()}
     single = len(outputs) == 1
     if request_format == COLUMNAR:
-        parts = {name: _write(array.tolist(), writers[name]) for name, array in outputs.items()}
+        parts = {name: _write(values, write_float) for name, (values, write_float) in ready.items()}
         if single:
             return '{"outputs": ' + next(iter(parts.values())) + "}"
         body = ", ".join(f"{json.dumps(name)}: {text}" for name, text in parts.items())
@@ -469,18 +477,18 @@ def predict_response(outputs: Mapping[str, np.ndarray], request_format: str) -> 
                 f"expecting: {batch_size}"
             )
         batch_size = array.shape[0]
-    rows = {name: array.tolist() for name, array in outputs.items()}
-    predictions = []
-    for index in range(batch_size or 0):
-        if single:
-            (name, values), = rows.items()
-            predictions.append(_write(values[index], writers[name]))
-        else:
-            fields = ", ".join(
-                f"{json.dumps(name)}: {_write(values[index], writers[name])}"
-                for name, values in rows.items()
-            )
-            predictions.append("{" + fields + "}")
+    # One JSON text per output and row; the row objects are joined from them.
+    columns = {
+        json.dumps(name): [_write(row, write_float) for row in values]
+        for name, (values, write_float) in ready.items()
+    }
+    if single:
+        predictions = next(iter(columns.values()))
+    else:
+        predictions = [
+            "{" + ", ".join(f"{key}: {texts[index]}" for key, texts in columns.items()) + "}"
+            for index in range(batch_size or 0)
+        ]
     return '{"predictions": [' + ", ".join(predictions) + "]}"
 
 

@@ -113,7 +113,8 @@ class RestApi:
         try:
             route = self._route(request.method, path)
             model, api = route.model, route.api
-            text = await asyncio.wait_for(self._answer(route, body), self._timeout)
+            async with asyncio.timeout(self._timeout):  # no extra task, unlike wait_for
+                text = await self._answer(route, body)
             status = 200
         except ServingError as failure:
             error = failure

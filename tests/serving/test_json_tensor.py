@@ -233,3 +233,42 @@ def test_debug_string_of_a_document_too_deep_to_write():
         value = [value]
     assert json_tensor.debug_string(value) == "<Array nested too deeply to show>"
     assert json_tensor.debug_string({"a": [1, 2]}) == '{"a":[1,2]}'
+
+
+RESPONSE_CASES = {
+    "translator": {
+        "translation": np.array([b"a dog runs", "é ü €".encode(), b"\xff bad"], dtype=object),
+        "score": np.array([-0.1, np.nan, np.inf], np.float32),
+        "tokens": np.array([[5, 6, 2], [7, 2, 0], [2, 0, 0]], np.int64),
+    },
+    "floats": {"output_0": np.array([1 / 3, 1e16, 100000.0, -0.0, 9e6], np.float64)},
+    "ints": {"big": np.array([2**62, -(2**63)], np.int64),
+             "u": np.array([2**64 - 1, 0], np.uint64)},
+    "nested": {"x": np.arange(12, dtype=np.int32).reshape(2, 3, 2),
+               "flag": np.array([True, False])},
+    "bytes": {"label_bytes": np.array([[b"\x00\xff", b"ab"]], dtype=object)},
+    "scalar": {"s": np.float32(2.5) * np.ones((), np.float32)},
+    "empty": {"a": np.zeros((0, 2), np.float32), "b": np.zeros((0,), np.int32)},
+}
+# Written by the encoder before it wrote whole rows with json.dumps: the text must not change.
+RESPONSE_TEXTS = {
+    ("translator", "row"): '{"predictions": [{"translation": "a dog runs", "score": -0.1, "tokens": [5, 6, 2]}, {"translation": "é ü €", "score": NaN, "tokens": [7, 2, 0]}, {"translation": "� bad", "score": Infinity, "tokens": [2, 0, 0]}]}',  # noqa: E501
+    ("translator", "columnar"): '{"outputs": {"translation": ["a dog runs", "é ü €", "� bad"], "score": [-0.1, NaN, Infinity], "tokens": [[5, 6, 2], [7, 2, 0], [2, 0, 0]]}}',  # noqa: E501
+    ("floats", "row"): '{"predictions": [0.33333333333333331, 1e+16, 100000.0, -0.0, 9e+06]}',
+    ("floats", "columnar"): '{"outputs": [0.33333333333333331, 1e+16, 100000.0, -0.0, 9e+06]}',
+    ("ints", "row"): '{"predictions": [{"big": 4611686018427387904, "u": 18446744073709551615}, {"big": -9223372036854775808, "u": 0}]}',  # noqa: E501
+    ("ints", "columnar"): '{"outputs": {"big": [4611686018427387904, -9223372036854775808], "u": [18446744073709551615, 0]}}',  # noqa: E501
+    ("nested", "row"): '{"predictions": [{"x": [[0, 1], [2, 3], [4, 5]], "flag": true}, {"x": [[6, 7], [8, 9], [10, 11]], "flag": false}]}',  # noqa: E501
+    ("nested", "columnar"): '{"outputs": {"x": [[[0, 1], [2, 3], [4, 5]], [[6, 7], [8, 9], [10, 11]]], "flag": [true, false]}}',  # noqa: E501
+    ("bytes", "row"): '{"predictions": [[{"b64": "AP8="}, {"b64": "YWI="}]]}',
+    ("bytes", "columnar"): '{"outputs": [[{"b64": "AP8="}, {"b64": "YWI="}]]}',
+    ("scalar", "columnar"): '{"outputs": 2.5}',
+    ("empty", "row"): '{"predictions": []}',
+    ("empty", "columnar"): '{"outputs": {"a": [], "b": []}}',
+}
+
+
+@pytest.mark.parametrize(("case", "request_format"), sorted(RESPONSE_TEXTS))
+def test_response_text_is_unchanged(case, request_format):
+    text = json_tensor.predict_response(RESPONSE_CASES[case], request_format)
+    assert text == RESPONSE_TEXTS[case, request_format]
