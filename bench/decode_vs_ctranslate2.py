@@ -12,7 +12,7 @@ Prints figures, asserts nothing. Steps, in one process:
    epsilon, START/END/UNK of its vocabulary. PAD and START are suppressed, as the project never
    generates them.
 3. Exports to a work directory with `keras_transformer.export.export_translator` (float32; greedy
-   and beam 4 as two versions, each with the export's warmup file), and for a mixed-precision run
+   and beam 4 as two exports, each with its warmup file), and for a mixed-precision run
    also the run as shipped (`export_run`, what `keras-transformer export` writes). The project is
    timed through `serving.servable.Servable`: the exported SavedModel loaded and called exactly as
    the model server does (strings in, tokenizer and search inside the graph; TensorFlow uses both
