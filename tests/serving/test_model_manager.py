@@ -1,12 +1,15 @@
 """Version polling, availability-preserving swaps, failed loads, labels and status."""
 
 import dataclasses
+import gc
+import weakref
 from pathlib import Path
 
 import pytest
 from tensorflow_serving.apis import get_model_status_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
+from serving import model_manager
 from serving.errors import ServingError
 from serving.model_manager import ModelManager, aspired_versions
 
@@ -168,3 +171,21 @@ def test_reload_config_adds_and_removes_models(tmp_path):
     assert manager.model_names() == ["b"] and manager.servable("b").version == 1
     with pytest.raises(ServingError):
         manager.servable("a")
+
+
+def test_an_unloaded_version_is_freed_and_its_memory_handed_back(tmp_path, monkeypatch):
+    trims = []
+    monkeypatch.setattr(model_manager, "return_freed_memory", lambda: trims.append(1))
+    (tmp_path / "1").mkdir()
+    manager = ModelManager(config_for(tmp_path), FakeLoader(), poll_seconds=0)
+    manager.start()
+    in_flight = manager.servable("m")  # a request still holds version 1
+    released = weakref.ref(in_flight)
+    (tmp_path / "2").mkdir()
+    manager.poll()
+    assert manager.servable("m").version == 2 and released() is in_flight and trims == []
+    del in_flight  # the request finishes: nothing else may keep the old version alive
+    gc.collect()
+    assert released() is None and trims == [1]
+    manager.stop()
+
