@@ -30,6 +30,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from keras_transformer.inference.defaults import DEFAULT_EXTRA_LENGTH
+
 CARD_JSON = Path("assets.extra") / "model_card.json"
 CARD_MARKDOWN = Path("assets.extra") / "model_card.md"
 # The directory holding the `keras_transformer` package: a git work tree's root when the project
@@ -250,7 +252,8 @@ def _value(value) -> str:
 
 
 def _table(rows: dict) -> list[str]:
-    return ["| | |", "|---|---|", *(f"| {key} | {_value(value)} |" for key, value in rows.items())]
+    return ["| field | value |", "|---|---|",
+            *(f"| {key} | {_value(value)} |" for key, value in rows.items())]
 
 
 def _duration(seconds: float | None) -> str:
@@ -278,14 +281,17 @@ def render_markdown(card: dict) -> str:
         for part in ("train", "validation"):
             facts = card["data"].get(part, {})
             lines += [f"- {part}: " + "; ".join(
-                f"{key.replace('_', ' ')} {_value(value)}" for key, value in facts.items()
+                f"{key.replace('_', ' ')}: {_value(value)}"
+                for key, value in facts.items() if value is not None
             )]
         lines += [""]
     if "training" in card:
         training = card["training"]
+        # A step-based run's Keras epochs are its save intervals.
+        unit = "epochs" if training.get("settings", {}).get("steps") is None else "save intervals"
         lines += [
             "## Training", "",
-            f"{_value(training.get('epochs'))} epochs (save intervals), "
+            f"{_value(training.get('epochs'))} {unit}, "
             f"{_value(training.get('steps'))} optimizer steps, "
             f"{_duration(training.get('seconds'))} (h:mm:ss).", "",
             "Settings:", "", *_table(training.get("settings", {})), "",
@@ -302,7 +308,11 @@ def render_markdown(card: dict) -> str:
             ]
         lines += [""]
     if "decoding" in card:
-        lines += ["## Decoding (exported with)", "", *_table(card["decoding"]), ""]
+        decoding = dict(card["decoding"])
+        if decoding.get("max_length") is None:
+            decoding["max_length"] = (f"source length + {DEFAULT_EXTRA_LENGTH}, at most the "
+                                      "model's max_length")
+        lines += ["## Decoding (exported with)", "", *_table(decoding), ""]
     for key, title in (("trained_with", "Trained with"), ("exported_with", "Exported with")):
         if key in card:
             lines += [f"## {title}", "", *_table(card[key]), ""]
