@@ -107,6 +107,7 @@ class ModelManager:
         self._lock = threading.Lock()  # guards _models and every _Version
         self._poll_lock = threading.Lock()  # one scan at a time (poll thread vs config reload)
         self._stopping = threading.Event()
+        self._freed = threading.Event()  # an unloaded servable was freed since the last trim
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -253,6 +254,7 @@ class ModelManager:
                 models = list(self._models.values())
             for model in models:
                 self._poll_model(model)
+            self._release_freed_memory()
 
     def _poll_model(self, model: _Model) -> None:
         config = model.config
@@ -313,12 +315,20 @@ class ModelManager:
                 return
             servable, entry.state, entry.servable = entry.servable, "END", None
         log.info("Unloaded servable version {name: %s version: %d}", model.config.name, number)
-        try:  # once the last request holding it lets go
-            weakref.finalize(servable, return_freed_memory)
-        except TypeError:  # not weakly referenceable: free now
-            return_freed_memory()
+        try:  # set once the last request holding it lets go
+            weakref.finalize(servable, self._freed.set)
+        except TypeError:  # not weakly referenceable
+            self._freed.set()
         del servable
-        gc.collect()  # a loaded SavedModel is full of reference cycles
+        self._release_freed_memory()
+
+    def _release_freed_memory(self) -> None:
+        """Once an unloaded servable is gone, collects the reference cycles a loaded SavedModel is
+        full of and hands the freed heap back (else this waits for the next poll)."""
+        if self._freed.is_set():
+            self._freed.clear()
+            gc.collect()
+            return_freed_memory()
 
 
     def _apply_labels(self, config: model_server_config_pb2.ModelServerConfig) -> None:

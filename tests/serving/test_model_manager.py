@@ -186,6 +186,12 @@ def test_an_unloaded_version_is_freed_and_its_memory_handed_back(tmp_path, monke
     assert manager.servable("m").version == 2 and released() is in_flight and trims == []
     del in_flight  # the request finishes: nothing else may keep the old version alive
     gc.collect()
-    assert released() is None and trims == [1]
+    assert released() is None and trims == []
+    manager.poll()  # the next poll hands its memory back, once
+    manager.poll()
+    assert trims == [1]
+    (tmp_path / "3").mkdir()  # no request holds version 2: handed back as it is unloaded
+    manager.poll()
+    assert manager.servable("m").version == 3 and trims == [1, 1]
     manager.stop()
 
