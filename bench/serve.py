@@ -1,34 +1,56 @@
 """Serving benchmark: throughput and latency of the local server, batching on vs off, and the
-server's overhead over calling the SavedModel in-process.
+server's overhead over calling the SavedModel in-process, for one or more exports in one run.
 
-    python bench/serve.py --model_base_path models/translator [--sentences val.de]
+    python bench/serve.py --model_base_path /tmp/m30k --sentences val.de \\
+        --model_base_path /tmp/demo_translator --sentences demo.txt
 
-Starts `python -m serving` itself (batching off, then on) on free ports, sends single-sentence
-requests from 1, 8 and 32 concurrent clients, and prints sentences/s with p50/p99 latency. With
-batching off it also times batches of 32 sentences in-process and through REST and gRPC.
-Prints figures; not a test.
+For each export (`--model_base_path`, repeatable; `--sentences` once for all of them or once per
+export, in the same order) starts two `python -m serving` on free loopback ports, one with
+batching off (the server's default: `--rest_api_num_threads` worker threads) and one with the
+`--max_batch_size` / `--batch_timeout_micros` / `--num_batch_threads` given here, and:
+
+- throughput: at each concurrency (1, 8, 32) sends single-sentence REST requests from that many
+  closed-loop clients (`bench/loadgen.py`: asyncio, one thread), `--rounds` times alternating
+  between the two servers so that both see the same background load; prints sentences/s, p50 /
+  p99 latency and the mean batch the batching server ran (from its Prometheus page);
+- overhead: times one batch of `--batch` sentences in-process (the SavedModel loaded in this
+  process) and through REST and gRPC (`serving.client`, the batching-off server), `--repeats`
+  rounds with the order rotated, and takes the median of each round's ratio to in-process.
+
+Ends with one row per export: overhead at batch 32 and the batching gain (sentences/s on / off)
+at the highest concurrency. Client, servers and model share the machine. Prints figures; not a
+test.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import dataclasses
 import os
+import re
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import requests
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from loadgen import AsyncClients, closed_loop  # noqa: E402  (bench/ is the script's folder)
+
 from serving.client import GrpcClient, RestClient  # noqa: E402
 from serving.process import LocalServer  # noqa: E402
+
+METRICS_PATH = "/monitoring/prometheus/metrics"
+PROCESSED_BATCH_SIZE = re.compile(
+    r"^:tensorflow:serving:batching_session:processed_batch_size_(sum|count)\{\} (\S+)$", re.M
+)
 
 SENTENCES = [
     "Ein Mann fährt mit dem Fahrrad durch die Stadt.",
@@ -50,6 +72,18 @@ SENTENCES = [
 ]
 
 
+@dataclasses.dataclass(frozen=True)
+class Export:
+    """One model base path to measure and the sentences to send it."""
+
+    base_path: Path
+    sentences: list[str]
+
+    @property
+    def version(self) -> Path:
+        return latest_version(self.base_path)
+
+
 def load_sentences(path: str | None) -> list[str]:
     if path is None:
         return SENTENCES
@@ -57,21 +91,33 @@ def load_sentences(path: str | None) -> list[str]:
     return [line for line in lines if line]
 
 
-def latest_version(base_path: str) -> Path:
-    versions = [p for p in Path(base_path).iterdir() if p.name.isdigit() and p.is_dir()]
+def latest_version(base_path: Path) -> Path:
+    versions = [p for p in base_path.iterdir() if p.name.isdigit() and p.is_dir()]
     if not versions:
-        raise SystemExit(f"No version directory under {base_path}")
+        raise SystemExit(f"error: no version directory under --model_base_path {base_path}")
     return max(versions, key=lambda p: int(p.name))
 
 
+@dataclasses.dataclass
+class Server:
+    """A running local server and the project's clients for it."""
+
+    local: LocalServer
+    rest: RestClient
+    grpc: GrpcClient
+
+
 @contextlib.contextmanager
-def server(args: argparse.Namespace, batching: bool):
-    """The local server (`python -m serving`); yields (REST client, gRPC client)."""
+def server(args: argparse.Namespace, export: Export, batching: bool):
+    """The local server (`python -m serving`) with its Prometheus page on; yields a `Server`."""
     with tempfile.TemporaryDirectory() as scratch:
+        monitoring = Path(scratch) / "monitoring.config"
+        monitoring.write_text(f'prometheus_config {{ enable: true, path: "{METRICS_PATH}" }}\n')
         flags = [
             f"--model_name={args.model_name}",
-            f"--model_base_path={os.path.abspath(args.model_base_path)}",
+            f"--model_base_path={export.base_path.resolve()}",
             f"--max_instances_per_request={max(args.batch, 1024)}",
+            f"--monitoring_config_file={monitoring}",
         ]
         if batching:
             params = Path(scratch) / "batching.txt"
@@ -88,108 +134,168 @@ def server(args: argparse.Namespace, batching: bool):
             local.wait_ready(args.model_name, timeout=600)
             grpc_client = GrpcClient(local.grpc_target, args.model_name, **options)
             try:
-                yield RestClient(local.rest_url, args.model_name, **options), grpc_client
+                yield Server(local, RestClient(local.rest_url, args.model_name, **options),
+                             grpc_client)
             finally:
                 grpc_client.close()
 
 
-def run_load(client, sentences: list[str], concurrency: int, requests: int) -> dict:
-    """`requests` single-sentence requests from `concurrency` threads."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    counter = iter(range(requests))
-
-    def worker():
-        while True:
-            with lock:
-                index = next(counter, None)
-            if index is None:
-                return
-            start = time.perf_counter()
-            client.translate([sentences[index % len(sentences)]])
-            with lock:
-                latencies.append(time.perf_counter() - start)
-
-    for sentence in sentences[:concurrency]:  # warm up connections and the model
-        client.translate([sentence])
-    start = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        for future in [pool.submit(worker) for _ in range(concurrency)]:
-            future.result()
-    wall = time.perf_counter() - start
-    return {
-        "throughput": requests / wall,
-        "p50": float(np.percentile(latencies, 50)) * 1e3,
-        "p99": float(np.percentile(latencies, 99)) * 1e3,
-    }
+def batches_so_far(url: str) -> tuple[float, float]:
+    """(rows, batches) the server's batcher has run, from its Prometheus page."""
+    page = requests.get(url + METRICS_PATH, timeout=30).text
+    values = dict(PROCESSED_BATCH_SIZE.findall(page))
+    return float(values.get("sum", 0)), float(values.get("count", 0))
 
 
-def overhead_seconds(args: argparse.Namespace, batch: list[str], clients: dict) -> dict:
-    """Median time of one batch in-process and through each client, measured interleaved so
-    that background load affects all of them alike."""
+def overhead(args: argparse.Namespace, export: Export, clients: Server) -> dict:
+    """One batch in-process, through REST and through gRPC, `repeats` rounds (order rotated each
+    round). Returns each path's median seconds and the median of each round's ratio to the
+    in-process time: rounds are seconds apart, so the ratio cancels slow changes in load."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
 
-    model = tf.saved_model.load(str(latest_version(args.model_base_path)))
-    function = model.signatures[args.signature_name]
-    calls = {"in-process": lambda: function(**{args.input_name: tf.constant(batch)})}
-    calls.update({name: (lambda c=client: c.translate(batch)) for name, client in clients.items()})
+    batch = [export.sentences[i % len(export.sentences)] for i in range(args.batch)]
+    function = tf.saved_model.load(str(export.version)).signatures[args.signature_name]
+    calls = {
+        "in-process": lambda: function(**{args.input_name: tf.constant(batch)}),
+        "REST": lambda: clients.rest.translate(batch),
+        "gRPC": lambda: clients.grpc.translate(batch),
+    }
     times: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls)
     for repeat in range(args.repeats + 1):
-        for name, call in calls.items():
+        order = order[1:] + order[:1]
+        for name in order:
             start = time.perf_counter()
-            call()
+            calls[name]()
             if repeat:  # the first round warms up
                 times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+    local = times.pop("in-process")
+    return {
+        "in-process": statistics.median(local),
+        **{name: (statistics.median(values),
+                  statistics.median(v / base for v, base in zip(values, local, strict=True)) - 1)
+           for name, values in times.items()},
+    }
+
+
+async def throughput(args: argparse.Namespace, export: Export, off: Server, on: Server,
+                     levels: list[int]) -> dict:
+    """At each level, rounds alternate between the batching-off and -on servers, so that both see
+    the same background load; returns a row per (batching, level)."""
+    rows = {}
+    options = {"input_name": args.input_name, "output_name": args.output_name}
+    async with AsyncClients(off.local.rest_url, off.local.grpc_target, args.model_name,
+                            **options) as off_clients, \
+            AsyncClients(on.local.rest_url, on.local.grpc_target, args.model_name,
+                         **options) as on_clients:
+        servers = {False: off_clients, True: on_clients}
+        for concurrency in levels:
+            for clients in servers.values():  # opens the connections, warms the model up
+                await closed_loop(clients, export.sentences, concurrency, concurrency)
+            runs: dict[bool, list[dict]] = {False: [], True: []}
+            before = await asyncio.to_thread(batches_so_far, on.local.rest_url)
+            for _ in range(args.rounds):
+                for batching, clients in servers.items():
+                    runs[batching].append(await closed_loop(
+                        clients, export.sentences, concurrency, args.requests // args.rounds))
+            after = await asyncio.to_thread(batches_so_far, on.local.rest_url)
+            rows_run, batches = np.subtract(after, before)
+            for batching, parts in runs.items():
+                latencies = np.concatenate([p["latencies"] for p in parts]) * 1e3
+                rows[batching, concurrency] = {
+                    "throughput": sum(p["requests"] for p in parts) / sum(p["wall"] for p in parts),
+                    "p50": np.percentile(latencies, 50),
+                    "p99": np.percentile(latencies, 99),
+                    "mean batch": rows_run / batches if batching and batches else None,
+                }
+    return rows
+
+
+def measure(args: argparse.Namespace, export: Export, levels: list[int]) -> dict:
+    """Both servers run side by side: the throughput rows, then the overhead figures on the
+    batching-off one."""
+    with server(args, export, False) as off, server(args, export, True) as on:
+        rows = asyncio.run(throughput(args, export, off, on, levels))
+        seconds = overhead(args, export, off)
+    return {"rows": rows, "overhead": seconds}
+
+
+def print_export(export: Export, result: dict) -> None:
+    print(f"\n{export.base_path} (version {export.version.name}, {len(export.sentences)} "
+          "sentences)")
+    print(f"{'batching':<9}{'clients':>8}{'sentences/s':>13}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'mean batch':>12}")
+    for (batching, concurrency), row in sorted(result["rows"].items()):
+        mean = f"{row['mean batch']:.1f}" if row["mean batch"] else "-"
+        print(f"{'on' if batching else 'off':<9}{concurrency:>8}{row['throughput']:>13.1f}"
+              f"{row['p50']:>9.1f}{row['p99']:>9.1f}{mean:>12}")
+
+
+def print_summary(args: argparse.Namespace, exports: list[Export], results: list[dict],
+                  top: int) -> None:
+    print(f"\n{'export':<24}{'in-process':>12}{'REST':>20}{'gRPC':>20}{f'gain at {top}':>12}"
+          f"{'ceiling':>9}")
+    for export, result in zip(exports, results, strict=True):
+        figures = result["overhead"]
+        paths = "".join(f"{f'{seconds * 1e3:.1f} ms ({ratio:+.1%})':>20}"
+                        for seconds, ratio in (figures["REST"], figures["gRPC"]))
+        off = result["rows"][False, top]["throughput"]
+        gain = result["rows"][True, top]["throughput"] / off
+        ceiling = args.batch / figures["in-process"] / off
+        print(f"{export.base_path.name:<24}{figures['in-process'] * 1e3:>9.1f} ms{paths}"
+              f"{gain:>11.2f}x{ceiling:>8.2f}x")
+    print(f"(overhead: batch of {args.batch}, median of {args.repeats} interleaved rounds' ratios "
+          f"to in-process, target <= 10%; gain: sentences/s with batching on / off at {top} "
+          f"clients, target >= 3x; ceiling: the in-process batch of {args.batch}'s sentences/s / "
+          "batching off's, the gain if batching cost nothing)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model_base_path", required=True)
+    parser.add_argument("--model_base_path", action="append", required=True, type=Path,
+                        help="an export's base path; repeat to measure several in one run")
+    parser.add_argument("--sentences", action="append", default=[],
+                        help="a text file, one sentence per line: once for every export or once "
+                        "per --model_base_path, in the same order (default: built-in German)")
     parser.add_argument("--model_name", default="translator")
     parser.add_argument("--signature_name", default="serving_default")
     parser.add_argument("--input_name", default="text")
     parser.add_argument("--output_name", default="translation")
-    parser.add_argument("--sentences", help="a text file, one sentence per line")
     parser.add_argument("--concurrency", default="1,8,32")
-    parser.add_argument("--requests", type=int, default=128, help="requests per level")
+    parser.add_argument("--requests", type=int, default=128,
+                        help="requests per level and server, split over --rounds")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternations between the batching-off and -on servers per level")
     parser.add_argument("--batch", type=int, default=32, help="batch for the overhead figure")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--max_batch_size", type=int, default=32)
-    parser.add_argument("--batch_timeout_micros", type=int, default=0)
-    parser.add_argument("--num_batch_threads", type=int, default=1)
+    # Two batches of 16 in flight use both cores of a 2-core machine better than one of 32, and
+    # 20 ms lets a batch fill while its clients send their next requests.
+    parser.add_argument("--max_batch_size", type=int, default=16)
+    parser.add_argument("--batch_timeout_micros", type=int, default=20_000)
+    parser.add_argument("--num_batch_threads", type=int, default=2)
     args = parser.parse_args(argv)
 
-    sentences = load_sentences(args.sentences)
+    bases = args.model_base_path
+    if len(args.sentences) not in (0, 1, len(bases)):
+        parser.error(f"--sentences given {len(args.sentences)} times for {len(bases)} "
+                     "--model_base_path: give it once, or once per --model_base_path")
+    for base in bases:
+        if not base.is_dir():
+            parser.error(f"--model_base_path {base} is not a directory")
+    files = args.sentences if len(args.sentences) > 1 else args.sentences * len(bases)
+    exports = [Export(base, load_sentences(files[i] if files else None))
+               for i, base in enumerate(bases)]
     levels = [int(c) for c in args.concurrency.split(",")]
-    batch = [sentences[i % len(sentences)] for i in range(args.batch)]
-    print(f"model {args.model_name} version {latest_version(args.model_base_path).name}, "
-          f"{len(sentences)} sentences, {os.cpu_count()} CPUs, {args.requests} requests per row")
+    print(f"{len(exports)} export(s), {os.cpu_count()} CPUs, {args.requests} requests per row; "
+          f"batching on: max_batch_size {args.max_batch_size}, batch_timeout_micros "
+          f"{args.batch_timeout_micros}, num_batch_threads {args.num_batch_threads}", flush=True)
 
-    results = {}
-    for batching in (False, True):
-        with server(args, batching) as (rest, grpc_client):
-            for concurrency in levels:
-                results[batching, concurrency] = run_load(rest, sentences, concurrency,
-                                                          args.requests)
-            if not batching:
-                seconds = overhead_seconds(args, batch, {"REST": rest, "gRPC": grpc_client})
-
-    print(f"\n{'batching':<9}{'clients':>8}{'sentences/s':>13}{'p50 ms':>9}{'p99 ms':>9}")
-    for (batching, concurrency), row in results.items():
-        print(f"{'on' if batching else 'off':<9}{concurrency:>8}{row['throughput']:>13.1f}"
-              f"{row['p50']:>9.1f}{row['p99']:>9.1f}")
-    top = max(levels)
-    speedup = results[True, top]["throughput"] / results[False, top]["throughput"]
-    print(f"\nbatching speed-up at {top} clients: {speedup:.2f}x (target >= 4x)")
-
-    local = seconds.pop("in-process")
-    figures = ", ".join(
-        f"{name} {value * 1e3:.1f} ms ({value / local - 1:+.1%})" for name, value in seconds.items()
-    )
-    print(f"batch of {args.batch}: in-process {local * 1e3:.1f} ms, {figures} "
-          "(target overhead <= 15%)")
+    results = []
+    for export in exports:
+        results.append(measure(args, export, levels))
+        print_export(export, results[-1])
+    print_summary(args, exports, results, max(levels))
     return 0
 
 
