@@ -111,7 +111,7 @@ def translate_with_progress(translator, sentences: Sequence[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from sacrebleu.metrics import BLEU, CHRF
 
-    from keras_transformer.inference.loading import LocalTranslator
+    from keras_transformer.inference.loading import load_translator
 
     if args.output.exists() and not args.overwrite:
         print(f"error: {args.output} exists; pass --overwrite to replace it, or --output to write "
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.source_file} has {len(sources)} lines but {args.target_file} has "
                 f"{len(references)}; they must be line-aligned"
             )
-        translator = LocalTranslator(
+        translator = load_translator(
             args.model, beam_width=args.beam, alpha=args.alpha, batch_size=args.batch_size
         )
     except (OSError, UnicodeDecodeError, ValueError) as error:

@@ -32,10 +32,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.inference.loading import LocalTranslator
+    from keras_transformer.inference.loading import load_translator
     from keras_transformer.plots import plot_attention
 
-    attention = LocalTranslator(args.model).attention(args.sentence)
+    attention = load_translator(args.model).attention(args.sentence)
     print(f"{args.sentence}  ->  {attention.translation}")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for layer, weights in enumerate(attention.weights):

@@ -261,6 +261,3 @@ def load_translator(
         )
     return ExportTranslator(saved_model, **options)
 
-
-# The former name, still called by `cli/evaluate.py` and `cli/plot_attention.py`.
-LocalTranslator = load_translator

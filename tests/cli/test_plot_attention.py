@@ -2,7 +2,7 @@ import numpy as np
 from PIL import Image
 
 from keras_transformer.cli import main
-from keras_transformer.inference.loading import LocalTranslator
+from keras_transformer.inference.loading import load_translator
 from keras_transformer.training import load_run
 
 
@@ -21,7 +21,7 @@ def test_writes_one_heatmap_per_decoder_layer(trained_run_dir, tmp_path, capsys)
 
 
 def test_attention_rows_are_distributions_over_the_source_pieces(trained_run_dir):
-    attention = LocalTranslator(trained_run_dir).attention("The number is seven.")
+    attention = load_translator(trained_run_dir).attention("The number is seven.")
     layers, heads, target_length, source_length = attention.weights.shape
     assert (target_length, source_length) == (
         len(attention.target_pieces), len(attention.source_pieces)
