@@ -190,7 +190,11 @@ class TokenWeightedSteps:
             self.source_tokens.update_state(real_tokens(inputs[SOURCE]))
             self.target_tokens.update_state(tokens)
         # The optimizer sums the replicas' gradients: each is already its share of the mean.
-        model.optimizer.apply_gradients(zip(gradients, weights, strict=True))
+        # Its update counter depends on no data: without this dependency, the step that finds
+        # the end of the data (the workers of a cluster agree on it with an all-reduce first)
+        # could count an update that never happens.
+        with tf.control_dependencies([step_tokens]):
+            model.optimizer.apply_gradients(zip(gradients, weights, strict=True))
         return metrics
 
     def test_step(self, data) -> dict:

@@ -74,16 +74,6 @@ def worker_directory(run_dir: Path, strategy: tf.distribute.Strategy) -> Path:
     return run_dir / "workers" / worker_name(strategy)
 
 
-def shard_by_batch(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """Makes `tf.distribute` shard `dataset` between workers by batch: every worker reads the
-    stream and keeps its own share of the global batches, so a cluster trains on the batches one
-    device would. (Its default first tries to shard by file, and fails when a corpus has fewer
-    files than there are workers.)"""
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return dataset.with_options(options)
-
-
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     """True on every worker when `flag` is True on at least one (an all-reduce of the flag)."""
     if strategy.num_replicas_in_sync == 1 or worker_name(strategy) is None:

@@ -265,6 +265,32 @@ def batch_options(config: TransformerConfig, settings: TrainingSettings) -> dict
     return options
 
 
+def replica_settings(settings: TrainingSettings, replicas: int) -> TrainingSettings:
+    """The settings of one replica's share of every step, for input pipelines that batch each
+    replica's pairs on their own (`worker_training_dataset`): `batch_tokens` (or, without it,
+    `batch_size`) divided by `replicas`, as `tf.distribute.InputContext.get_per_replica_batch_size`
+    divides a global batch, so that the replicas' batches together make the step's batch.
+
+    Raises:
+        ValueError: `batch_size` is not a multiple of `replicas`, or `batch_tokens` would leave
+            a replica's accumulated batch without a token.
+    """
+    if settings.batch_tokens is not None:
+        if settings.batch_tokens // replicas < settings.accumulate_steps:
+            raise ValueError(
+                f"batch_tokens ({settings.batch_tokens}) must be at least {replicas} replicas "
+                f"x accumulate_steps ({settings.accumulate_steps}): each replica's batches get "
+                "batch_tokens // replicas // accumulate_steps target tokens"
+            )
+        return settings.replace(batch_tokens=settings.batch_tokens // replicas)
+    if settings.batch_size % replicas:
+        raise ValueError(
+            f"batch_size ({settings.batch_size}) must be a multiple of the {replicas} replicas "
+            "in sync: each replica reads its own pairs, batch_size / replicas per step"
+        )
+    return settings.replace(batch_size=settings.batch_size // replicas)
+
+
 def training_dataset(
     pairs: ParallelCorpus | tf.data.Dataset,
     source_tokenizer: SubwordTokenizer,
@@ -287,7 +313,8 @@ def training_dataset(
         config: the model's config (`max_length`).
         settings: batching, accumulation, seed, XLA.
         start_epoch: the epoch a resumed run starts at (reseeds the shuffle, see `data_seed`).
-        replicas: replicas in sync (groups get a multiple of this many rows).
+        replicas: replicas in sync that split each batch (groups get a multiple of this many
+            rows).
     """
     dataset = make_dataset(
         pairs, source_tokenizer, target_tokenizer,
@@ -307,22 +334,66 @@ def training_pairs(
     settings: TrainingSettings,
     *,
     start_epoch: int = 0,
+    context: tf.distribute.InputContext | None = None,
 ) -> ParallelCorpus | tf.data.Dataset:
-    """The training pairs `training_dataset` batches: the in-memory corpus as it is, or the
-    files streamed through a `settings.shuffle_buffer`-pair shuffle buffer (without the
-    held-out validation pairs).
+    """The training pairs `training_dataset` batches: the in-memory corpus, or the files
+    streamed through a `settings.shuffle_buffer`-pair shuffle buffer (without the held-out
+    validation pairs); with `context`, only that input pipeline's share.
 
     Args:
         data: the run's pairs (`load_corpora`).
         settings: shuffle buffer and seed.
         start_epoch: the epoch a resumed run starts at (reseeds the shuffle, see `data_seed`).
+        context: one of `context.num_input_pipelines` pipelines (one per worker): it gets every
+            `num_input_pipelines`-th in-memory pair, or the files `pair_dataset` gives its
+            shard (whose other files it never opens). The held-out split is decided pair by
+            pair, the same on every worker.
     """
+    shards, index = (1, 0) if context is None else (
+        context.num_input_pipelines, context.input_pipeline_id
+    )
     if not isinstance(data.train, CorpusFiles):
-        return data.train
+        if shards == 1:
+            return data.train
+        return ParallelCorpus(data.train.sources[index::shards], data.train.targets[index::shards])
     pairs = pair_dataset(
         data.train, shuffle_buffer=settings.shuffle_buffer,
-        seed=data_seed(settings.seed, start_epoch),
+        seed=data_seed(settings.seed, start_epoch), num_shards=shards, shard_index=index,
     )
     if data.held_out is not None:
         pairs = split_held_out(pairs, data.held_out, settings.seed, held=False)
     return pairs
+
+
+def worker_training_dataset(
+    data: RunData,
+    source_tokenizer: SubwordTokenizer,
+    target_tokenizer: SubwordTokenizer,
+    config: TransformerConfig,
+    settings: TrainingSettings,
+    context: tf.distribute.InputContext,
+    *,
+    start_epoch: int = 0,
+) -> tf.data.Dataset:
+    """One worker's input pipeline, for `strategy.distribute_datasets_from_function`: its own
+    share of the pairs (`training_pairs`) in per-replica batches (`replica_settings`), so that
+    the batches of all replicas of all workers together make one step's batch as the settings
+    size it. `TokenWeightedSteps` weighs every real target token of that union the same.
+
+    Args:
+        data: the run's pairs (`load_corpora`).
+        source_tokenizer: source tokenizer.
+        target_tokenizer: target tokenizer.
+        config: the model's config (`max_length`).
+        settings: the run's settings (global batch sizes).
+        context: this worker's input pipeline and the number of replicas in sync.
+        start_epoch: the epoch a resumed run starts at (see `data_seed`).
+
+    Returns:
+        elements as `training_dataset` yields them, each one replica's batch (or group).
+    """
+    pairs = training_pairs(data, settings, start_epoch=start_epoch, context=context)
+    return training_dataset(
+        pairs, source_tokenizer, target_tokenizer, config,
+        replica_settings(settings, context.num_replicas_in_sync), start_epoch=start_epoch,
+    )

@@ -43,7 +43,6 @@ from keras_transformer.training.distribution import (
     is_chief,
     make_strategy,
     patch_for_strategy,
-    shard_by_batch,
     worker_directory,
 )
 from keras_transformer.training.evaluation import BleuEvaluation, BleuScorer
@@ -55,6 +54,7 @@ from keras_transformer.training.inputs import (
     pad_to_multiple,
     training_dataset,
     training_pairs,
+    worker_training_dataset,
 )
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedAccuracy
@@ -311,13 +311,18 @@ def train(
         run_info.save()
 
     start_epoch = backed_up_epoch(paths) if resuming else 0
-    pairs = training_pairs(data, settings, start_epoch=start_epoch)
-    train_data = training_dataset(
-        pairs, source_tokenizer, target_tokenizer, config, settings,
-        start_epoch=start_epoch, replicas=strategy.num_replicas_in_sync,
-    )
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        train_data = shard_by_batch(train_data)
+        # Each worker reads and batches only its own share of the pairs.
+        train_data = strategy.distribute_datasets_from_function(functools.partial(
+            worker_training_dataset, data, source_tokenizer, target_tokenizer, config, settings,
+            start_epoch=start_epoch,
+        ))
+    else:
+        train_data = training_dataset(
+            training_pairs(data, settings, start_epoch=start_epoch), source_tokenizer,
+            target_tokenizer, config, settings, start_epoch=start_epoch,
+            replicas=strategy.num_replicas_in_sync,
+        )
     val_data = make_dataset(val_corpus, source_tokenizer, target_tokenizer, shuffle=False,
                             **batch_options(config, settings))
     if settings.jit_compile:

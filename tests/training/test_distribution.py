@@ -23,11 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.run_dir import save_run_config
+from keras_transformer.run_dir import load_run, load_run_config, save_run_config
 from keras_transformer.settings import TrainingSettings
 from keras_transformer.training.distribution import is_chief, make_strategy, worker_name
+from keras_transformer.training.inputs import load_corpora, worker_training_dataset
 from keras_transformer.training.trainer import train
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -135,11 +137,10 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-@pytest.mark.slow
-def test_multi_worker_over_two_processes_matches_one_device(setup):
-    root, config_path, reference = setup
+def run_two_workers(config_path: Path, run_dir: Path) -> list[str]:
+    """Trains with `keras-transformer train --strategy multi_worker` in two local worker
+    processes (a cluster over 127.0.0.1, from `TF_CONFIG`); returns their standard outputs."""
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    run_dir = root / "multi_worker"
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
@@ -158,9 +159,58 @@ def test_multi_worker_over_two_processes_matches_one_device(setup):
             process.kill()
     for process, (_, stderr) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, stderr[-3000:]
-    assert "best val_loss" in outputs[0][0]  # the chief reports the run
+    return [stdout for stdout, _ in outputs]
+
+
+@pytest.mark.slow
+def test_multi_worker_over_two_processes_matches_one_device(setup):
+    """Each worker reads every other pair (one file per side, two workers) and batches its 4
+    pairs (batch_size 8 / 2 workers): one step over the two workers' batches is one update on
+    their union, the one-device batch."""
+    root, config_path, reference = setup
+    run_dir = root / "multi_worker"
+    outputs = run_two_workers(config_path, run_dir)
+    assert "best val_loss" in outputs[0]  # the chief reports the run
     assert_same_losses(json.loads((run_dir / "history.json").read_text()), reference)
     # Only the chief writes the run directory; the other worker keeps its backup to itself.
     assert (run_dir / "model.keras").is_file()
     assert (run_dir / "workers" / "worker_1" / "config.json").is_file()
     assert not (run_dir / "workers" / "worker_1" / "model.keras").exists()
+
+
+@pytest.mark.slow
+def test_multi_worker_epochs_end_when_the_longest_stream_ends(setup):
+    """Two shards of 24 and 8 pairs: worker 0 reads 6 batches of 4 per epoch, worker 1 2 or so.
+    Collective ops would deadlock if one worker stopped first; instead each epoch lasts until
+    the last worker's stream ends (6 steps), the worker that has run out adding empty batches,
+    which weigh nothing in the token-weighted update."""
+    root, _, _ = setup
+    data = root / "uneven"
+    data.mkdir()
+    write_pairs(data / "train-0", 24, seed=4)
+    write_pairs(data / "train-1", 8, seed=5)
+    config, settings = load_run_config(root / "config.json")
+    settings = settings.replace(
+        source_file=str(data / "train-*.en"), target_file=str(data / "train-*.de"),
+        steps_per_epoch=None, epochs=2,
+    )
+    config_path = data / "config.json"
+    save_run_config(config_path, config, settings)
+    run_dir = data / "run"
+    run_two_workers(config_path, run_dir)
+    run = load_run(run_dir, compile=False)
+    data = load_corpora(settings)
+    batches = [
+        sum(1 for _ in worker_training_dataset(
+            data, run.source_tokenizer, run.target_tokenizer, run.config, settings,
+            tf.distribute.InputContext(2, index, 2),
+        ))
+        for index in range(2)
+    ]
+    assert batches[0] >= 6 and batches[1] <= 3  # (pieces of split words may add a batch)
+    history = json.loads((run_dir / "history.json").read_text())
+    assert history["step"] == [batches[0], 2 * batches[0]]
+    assert np.isfinite(history["loss"]).all() and np.isfinite(history["val_loss"]).all()
+    assert {"model.keras", "config.json", "history.json", "run_info.json", "vocab"} <= {
+        path.name for path in run_dir.iterdir()
+    }
