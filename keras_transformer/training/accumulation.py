@@ -117,9 +117,10 @@ class TokenWeightedSteps:
     of the whole group on all replicas (summed across replicas before the first forward pass),
     and applies them in one optimizer update. So `optimizer.iterations`, which the warm-up
     schedule reads, counts updates, and one Keras step (`steps_per_epoch`, callbacks) is one
-    update. The logged `loss` is likewise the mean over real tokens (also in `test_step`), and
-    the real source and target tokens trained on are counted in `source_tokens` and
-    `target_tokens` (metrics of their own, not the model's: `Throughput` reads and resets them).
+    update. The logged `loss` is likewise the mean over the real tokens of all replicas (also in
+    `test_step`), and the real source and target tokens trained on are counted in
+    `source_tokens` and `target_tokens` (metrics of their own, not the model's: `Throughput`
+    reads and resets them).
 
     Create it under the strategy's scope (the counters are distributed variables), then
     `install()` it. The model's saved form is unchanged: the steps live on this instance only.
@@ -164,8 +165,14 @@ class TokenWeightedSteps:
 
     def _track(self, inputs, labels, predictions, mean, tokens):
         model = self.model
-        # Keras' own steps update this tracker too: it is the `loss` that fit reports.
-        model._loss_tracker.update_state(mean, sample_weight=tokens)
+        # Keras' own steps update this tracker too: it is the `loss` that fit reports. `fit`
+        # averages the replicas' trackers, which weighs each replica's mean by its share of the
+        # tokens only when the shares are equal; so every replica tracks the mean over the real
+        # tokens of all replicas.
+        loss_sum, all_tokens = tf.unstack(_sum_over_replicas(tf.stack([mean * tokens, tokens])))
+        model._loss_tracker.update_state(
+            loss_sum / tf.maximum(all_tokens, 1.0), sample_weight=all_tokens
+        )
         return model.compute_metrics(inputs, labels, predictions)
 
     def train_step(self, data) -> dict:

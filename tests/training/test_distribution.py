@@ -1,13 +1,14 @@
 """Data parallelism reaches the same losses as one device: MirroredStrategy over two logical CPUs
-and MultiWorkerMirroredStrategy over two local worker processes.
+and MultiWorkerMirroredStrategy over two local worker processes, each reading its own pairs.
 
-Why the results can be compared tightly: every sentence has the same number of tokens, so the mean
-of the per-replica masked means that `tf.distribute` averages equals the one-device mean over the
-whole batch; the training set is exactly one batch, so every step sees the same pairs whatever
-order the shuffle (whose state depends on how often the data set was iterated) puts them in;
-dropout is off and the seed fixes the initial weights. What is left is float32 summation order
-(gradients summed across replicas instead of within one batch): about 1e-7 relative per step; over
-8 steps we allow 1e-5.
+Why the results can be compared tightly: the training set is exactly one batch (7 pairs), so every
+step sees the same pairs whatever order the shuffle (whose state depends on how often the data set
+was iterated) puts them in; dropout is off and the seed fixes the initial weights. The two replicas
+(or workers) get 4 and 3 of the pairs, unequal numbers of target tokens: only because every real
+token weighs the same whatever replica it is on (`TokenWeightedSteps`) do their updates and logged
+losses equal the one-device batch's (a mean of the replicas' means would not). What is left is
+float32 summation order (gradients summed across replicas instead of within one batch): about
+1e-7 relative per step; over 8 steps we allow 1e-5.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ RELATIVE_TOLERANCE = 1e-5
 def write_pairs(path_prefix: Path, count: int, seed: int | None) -> tuple[str, str]:
     """`count` pairs "w1 w2 w3 w4" -> the German words in reverse order, 4 tokens each side.
 
-    Without a seed, pair i holds words i..i+3 (mod 8), so each word occurs four times in 8 pairs
-    and becomes one vocabulary token.
+    Without a seed, pair i holds words i..i+3 (mod 8), so each word occurs three or four times
+    in 7 pairs and becomes one vocabulary token.
     """
     rng = random.Random(seed)
     sources, targets = [], []
@@ -67,7 +68,7 @@ def write_pairs(path_prefix: Path, count: int, seed: int | None) -> tuple[str, s
 def setup(tmp_path_factory):
     """Config file, and the losses of the same training on one device (run in this process)."""
     root = tmp_path_factory.mktemp("distribution")
-    train_source, train_target = write_pairs(root / "train", 8, seed=None)
+    train_source, train_target = write_pairs(root / "train", 7, seed=None)
     val_source, val_target = write_pairs(root / "val", 16, seed=1)
     settings = TrainingSettings(
         source_file=train_source, target_file=train_target, val_source_file=val_source,
@@ -164,9 +165,9 @@ def run_two_workers(config_path: Path, run_dir: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_multi_worker_over_two_processes_matches_one_device(setup):
-    """Each worker reads every other pair (one file per side, two workers) and batches its 4
-    pairs (batch_size 8 / 2 workers): one step over the two workers' batches is one update on
-    their union, the one-device batch."""
+    """Each worker reads every other pair (one file per side, two workers: 4 and 3 pairs) and
+    batches them (at most batch_size 8 / 2 workers): one step over the two workers' batches is
+    one update on their union, the one-device batch."""
     root, config_path, reference = setup
     run_dir = root / "multi_worker"
     outputs = run_two_workers(config_path, run_dir)
