@@ -2,10 +2,10 @@
 
 The encoder runs once per source; the cross-attention keys/values of every decoder layer are
 computed once from its output (`Decoder.cross_attention_caches`); the self-attention keys/values
-grow by one position per generated token in fixed-size caches
-(`Decoder.initial_self_attention_caches` + `cache_index`), so each step costs one token's worth of
-decoder work. An uncached decoder, re-running the whole decoder on the prefix every step, is kept
-as the reference for tests and benchmarks.
+grow by one position per generated token (`Decoder.initial_self_attention_caches` +
+`cache_index`), so each step costs one token's worth of decoder work. An uncached decoder,
+re-running the whole decoder on the prefix every step, is kept as the reference for tests and
+benchmarks.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from keras_transformer.inference.defaults import (
 )
 from keras_transformer.inference.search import beam_search, greedy_search, write_column
 from keras_transformer.layers import padding_mask
+from keras_transformer.layers.attention import under_xla
 from keras_transformer.model import (
     DECODER,
     ENCODER,
@@ -31,6 +32,9 @@ from keras_transformer.model import (
     SOURCE_EMBEDDING,
     TARGET_EMBEDDING,
 )
+
+# Pads a cache `(rows, heads, length, d_k)` with one zero slot at the end of its length axis.
+_ONE_MORE_SLOT = ((0, 0), (0, 0), (0, 1), (0, 0))
 
 
 def _static_or_dynamic(tensor, axis: int):
@@ -133,10 +137,20 @@ class SequenceDecoder:
         return tf.nn.log_softmax(tf.where(self.banned_tokens, float("-inf"), logits), axis=-1)
 
     def _cached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
-        """Step function and initial state (self-attention caches) for `search`."""
+        """Step function, initial state (self-attention caches) and state shapes for `search`.
+
+        Outside XLA the caches hold exactly the positions decoded so far: each step appends one
+        slot that the decoder fills, so attention, cache writes and beam reordering cost the
+        current length, not `buffer_length` (with a 50-token margin, several times more on
+        most sentences). XLA needs static shapes: there the caches are `buffer_length` long from
+        the start, and the causal mask hides the slots not yet written.
+        """
         cross_caches = self.decoder.cross_attention_caches(encoder_output)
+        grow = not under_xla()
 
         def step_fn(tokens, step, caches):
+            if grow:
+                caches = tf.nest.map_structure(lambda cache: tf.pad(cache, _ONE_MORE_SLOT), caches)
             embedded = self.target_embedding(tokens[:, None], start_position=step)
             decoded, caches = self.decoder(
                 embedded,
@@ -148,10 +162,17 @@ class SequenceDecoder:
             )
             return self._log_probs(decoded[:, 0]), caches
 
-        return step_fn, self.decoder.initial_self_attention_caches(rows, buffer_length)
+        caches = self.decoder.initial_self_attention_caches(rows, 0 if grow else buffer_length)
+        shapes = None
+        if grow:  # (rows, heads, None, d_k): the length changes from step to step
+            shapes = tf.nest.map_structure(
+                lambda cache: tf.TensorShape([*cache.shape[:2], None, cache.shape[3]]), caches
+            )
+        return step_fn, caches, shapes
 
     def _uncached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
-        """Step function re-running the decoder on the whole prefix; the state is the prefix."""
+        """Step function re-running the decoder on the whole prefix; the state is the prefix
+        (its shape is fixed)."""
 
         def step_fn(tokens, step, prefix):
             prefix = write_column(prefix, step, tokens)
@@ -163,7 +184,7 @@ class SequenceDecoder:
             )
             return self._log_probs(decoded[:, -1]), prefix
 
-        return step_fn, tf.zeros((rows, buffer_length), tf.int32)
+        return step_fn, tf.zeros((rows, buffer_length), tf.int32), None
 
     def greedy(
         self,
@@ -191,7 +212,7 @@ class SequenceDecoder:
         limits, buffer_length = self.length_limits(source_tokens, max_length)
         encoder_output, source_padding_mask = self.encode(source_tokens)
         make_step = self._cached_step if use_cache else self._uncached_step
-        step_fn, state = make_step(
+        step_fn, state, state_shapes = make_step(
             encoder_output, source_padding_mask, tf.shape(source_tokens)[0], buffer_length
         )
         return greedy_search(
@@ -203,6 +224,7 @@ class SequenceDecoder:
             max_length=buffer_length,
             alpha=alpha,
             stop_at_end=stop_at_end,
+            state_shapes=state_shapes,
         )
 
     def beam_search(
@@ -236,7 +258,7 @@ class SequenceDecoder:
         encoder_output = tf.repeat(encoder_output, beam_width, axis=0)
         source_padding_mask = tf.repeat(source_padding_mask, beam_width, axis=0)
         make_step = self._cached_step if use_cache else self._uncached_step
-        step_fn, state = make_step(
+        step_fn, state, state_shapes = make_step(
             encoder_output, source_padding_mask, tf.shape(encoder_output)[0], buffer_length
         )
         return beam_search(
@@ -249,6 +271,7 @@ class SequenceDecoder:
             beam_width=beam_width,
             alpha=alpha,
             stop_at_end=stop_at_end,
+            state_shapes=state_shapes,
         )
 
     def decode(

@@ -10,7 +10,9 @@ Step function contract:
     chosen at the previous step, START at step 0), `step` an int32 scalar (the position being
     predicted), `state` a nest of tensors whose first axis is `rows` (the model's state, e.g.
     key/value caches), and `log_probs` float32 `(rows, vocab_size)`. Beam search reorders the
-    state by gathering rows.
+    state by gathering rows. The state keeps its static shapes from step to step unless the
+    search is given `state_shapes` with None where a size changes (caches that grow by one
+    position per step; not under XLA, which needs static shapes).
 
 Each loop carries one named state (`GreedyState`, `BeamState`); a beam step is split into named
 stages (expand, choose the live prefixes, update the finished pool, freeze finished rows).
@@ -52,15 +54,16 @@ def write_column(buffer, step, tokens):
     return tf.where(at_step, tokens[..., None], buffer)
 
 
-def _with_shapes_of(new_values, old_values):
-    """Gives each new loop value its old static shape, which `tf.while_loop` requires to hold
-    (gathers and reshapes with dynamic sizes lose known dimensions such as a batch of 1)."""
+def _with_shapes(values, shapes):
+    """Gives each new loop value the static shape the loop keeps, which `tf.while_loop` requires
+    to hold (gathers and reshapes with dynamic sizes lose known dimensions such as a batch of
+    1)."""
 
-    def restore(new, old):
-        new.set_shape(old.shape)
-        return new
+    def restore(value, shape):
+        value.set_shape(shape)
+        return value
 
-    return tf.nest.map_structure(restore, new_values, old_values)
+    return tf.nest.map_structure(restore, values, shapes)
 
 
 def _smaller(a, b):
@@ -128,9 +131,22 @@ class Candidates(NamedTuple):
     sequences: tf.Tensor
 
 
-def _run_loop(cond, body, initial):
-    """`tf.while_loop` over one named state; returns the final state."""
-    (final,) = tf.while_loop(cond, lambda state: (body(state),), (initial,))
+def _run_loop(cond, body, initial, state_shapes):
+    """`tf.while_loop` over one named state; returns the final state.
+
+    Args:
+        state_shapes: static shapes of the model state across steps, or None to keep the
+            initial state's.
+    """
+    shapes = tf.nest.map_structure(lambda tensor: tensor.shape, initial)
+    if state_shapes is not None:
+        shapes = shapes._replace(model_state=state_shapes)
+    (final,) = tf.while_loop(
+        cond,
+        lambda state: (_with_shapes(body(state), shapes),),
+        (initial,),
+        shape_invariants=(shapes,),
+    )
     return final
 
 
@@ -144,6 +160,7 @@ def greedy_search(
     max_length,
     alpha: float = 0.0,
     stop_at_end: bool = True,
+    state_shapes=None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Takes the most probable token at every step until END or the row's length limit.
 
@@ -157,6 +174,8 @@ def greedy_search(
             under XLA).
         alpha: length-penalty exponent for the returned scores.
         stop_at_end: False decodes `limits` tokens whatever is generated (benchmarks).
+        state_shapes: `tf.TensorShape`s (nested like `initial_state`) the state keeps across
+            steps, None where a size changes; default: the initial state's shapes.
 
     Returns:
         `(tokens, scores)`: int32 `(batch, max_length)`, the generated tokens with END and
@@ -185,20 +204,17 @@ def greedy_search(
         chosen_log_prob = tf.gather(log_probs, chosen, axis=1, batch_dims=1)
         ended = tf.logical_and(tf.equal(chosen, end_id), stop_at_end)
         at_limit = state.step + 1 >= limits
-        return _with_shapes_of(
-            GreedyState(
-                step=state.step + 1,
-                tokens=write_column(state.tokens, state.step, chosen),
-                last=chosen,
-                log_prob=state.log_prob + tf.where(state.done, 0.0, chosen_log_prob),
-                lengths=state.lengths + tf.cast(tf.logical_not(state.done), tf.int32),
-                done=tf.logical_or(state.done, tf.logical_or(ended, at_limit)),
-                model_state=model_state,
-            ),
-            state,
+        return GreedyState(
+            step=state.step + 1,
+            tokens=write_column(state.tokens, state.step, chosen),
+            last=chosen,
+            log_prob=state.log_prob + tf.where(state.done, 0.0, chosen_log_prob),
+            lengths=state.lengths + tf.cast(tf.logical_not(state.done), tf.int32),
+            done=tf.logical_or(state.done, tf.logical_or(ended, at_limit)),
+            model_state=model_state,
         )
 
-    final = _run_loop(cond, body, initial)
+    final = _run_loop(cond, body, initial, state_shapes)
     tokens = final.tokens
     tokens = tf.where(tf.equal(tokens, end_id), 0, tokens) if stop_at_end else tokens
     return tokens, final.log_prob / length_penalty(final.lengths, alpha)
@@ -292,6 +308,7 @@ def beam_search(
     beam_width,
     alpha: float = DEFAULT_ALPHA,
     stop_at_end: bool = True,
+    state_shapes=None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Keeps the `beam_width` most probable prefixes per source; returns the best by lp score.
 
@@ -314,6 +331,7 @@ def beam_search(
         beam_width: number of prefixes kept per source (int, or int32 scalar tensor).
         alpha: length-penalty exponent.
         stop_at_end: False keeps searching until every limit (benchmarks).
+        state_shapes: as for `greedy_search`.
 
     Returns:
         `(tokens, scores)` of the best hypothesis per source: int32 `(batch, max_length)` with
@@ -362,9 +380,9 @@ def beam_search(
             done=tf.logical_or(state.done, tf.logical_or(settled, at_limit)),
             model_state=tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), model_state),
         )
-        return _with_shapes_of(_freeze_done_rows(state, new), state)
+        return _freeze_done_rows(state, new)
 
-    final = _run_loop(cond, body, initial)
+    final = _run_loop(cond, body, initial, state_shapes)
     tokens = final.finished_tokens[:, 0]
     tokens = tf.where(tf.equal(tokens, end_id), 0, tokens) if stop_at_end else tokens
     return tokens, final.finished_scores[:, 0]

@@ -89,24 +89,10 @@ def weighted_values(weights, values, elementwise=None):
     )
 
 
-def write_to_cache(cache, index, new):
-    """`cache[:, :, index : index + length] = new` for caches `(batch, heads, max_length, d_k)`.
-
-    Under XLA this is a dynamic-update-slice (in place). Elsewhere it is TensorStridedSliceUpdate,
-    a native kernel: keras' `slice_update` would run an XLA op compiled on demand, ~0.1 ms a call.
-    """
-    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-        return ops.slice_update(cache, (0, 0, index, 0), new)
-    index = tf.cast(index, tf.int32)
-    return tf.raw_ops.TensorStridedSliceUpdate(
-        input=cache,
-        begin=tf.stack([0, 0, index, 0]),
-        end=tf.stack([0, 0, index + tf.shape(new)[2], 0]),
-        strides=[1, 1, 1, 1],
-        value=new,
-        begin_mask=0b1011,  # all of the batch, head and d_k axes
-        end_mask=0b1011,
-    )
+def under_xla() -> bool:
+    """Whether the graph being traced will be compiled by XLA (`jit_compile=True`), which needs
+    static shapes."""
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def _length(x, axis: int):
@@ -114,6 +100,26 @@ def _length(x, axis: int):
     tensor. The batch size is left to reshape's -1, so a one-token decoding step needs no shape
     ops to split or merge heads."""
     return x.shape[axis] if x.shape[axis] is not None else ops.shape(x)[axis]
+
+
+def write_to_cache(cache, index, new):
+    """`cache[:, :, index : index + length] = new` for caches `(batch, heads, max_length, d_k)`.
+
+    Under XLA this is a dynamic-update-slice (in place). Elsewhere it is TensorStridedSliceUpdate,
+    a native kernel: keras' `slice_update` would run an XLA op compiled on demand, ~0.1 ms a call.
+    """
+    if under_xla():
+        return ops.slice_update(cache, (0, 0, index, 0), new)
+    index = tf.cast(index, tf.int32)
+    return tf.raw_ops.TensorStridedSliceUpdate(
+        input=cache,
+        begin=tf.stack([0, 0, index, 0]),
+        end=tf.stack([0, 0, index + _length(new, axis=2), 0]),
+        strides=[1, 1, 1, 1],
+        value=new,
+        begin_mask=0b1011,  # all of the batch, head and d_k axes
+        end_mask=0b1011,
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -238,6 +244,28 @@ class MultiHeadAttention(keras.layers.Layer):
         x = ops.transpose(x, (0, 2, 1, 3))
         return ops.reshape(x, (-1, _length(x, axis=1), self.d_model))
 
+    def _project_heads(self, dense, x):
+        """`dense(x)` split into heads: `(batch, length, width)` -> `(batch, num_heads, length,
+        d_k)`.
+
+        One position (a decoding step) is projected as a `(batch, width)` matrix, a plain
+        MatMul, and needs no transpose: Dense on 3-D inputs goes through tensordot, whose shape
+        ops cost more than the product itself at one token per row. The same products either
+        way.
+        """
+        if x.shape[1] == 1:
+            rows = dense(ops.reshape(x, (-1, _length(x, axis=2))))
+            return ops.reshape(rows, (-1, self.num_heads, 1, self.d_k))
+        return self._split_heads(dense(x))
+
+    def _merge_and_project(self, x):
+        """Heads `(batch, num_heads, length, d_k)` concatenated and projected: `(batch, length,
+        d_model)`; one position as a matrix, as in `_project_heads`."""
+        if x.shape[2] == 1:
+            rows = self.output_dense(ops.reshape(x, (-1, self.d_model)))
+            return ops.reshape(rows, (-1, 1, self.d_model))
+        return self.output_dense(self._merge_heads(x))
+
     def compute_key_value(self, value, key=None):
         """Projects and splits keys and values once, e.g. the encoder output for cross-attention.
 
@@ -249,7 +277,10 @@ class MultiHeadAttention(keras.layers.Layer):
             `(keys, values)`, each `(batch, num_heads, key_length, d_k)`.
         """
         key = value if key is None else key
-        return self._split_heads(self.key_dense(key)), self._split_heads(self.value_dense(value))
+        return (
+            self._project_heads(self.key_dense, key),
+            self._project_heads(self.value_dense, value),
+        )
 
     def call(
         self,
@@ -283,7 +314,7 @@ class MultiHeadAttention(keras.layers.Layer):
             if cache_index is not None:
                 keys = write_to_cache(cache[0], cache_index, keys)
                 values = write_to_cache(cache[1], cache_index, values)
-        queries = self._split_heads(self.query_dense(query))
+        queries = self._project_heads(self.query_dense, query)
         queries = queries * ops.cast(1.0 / math.sqrt(self.d_k), queries.dtype)
         elementwise = None
         if queries.shape[2] == 1:
@@ -302,7 +333,7 @@ class MultiHeadAttention(keras.layers.Layer):
         attended = weighted_values(
             self.weights_dropout(weights, training=training), values, elementwise
         )
-        output = self.output_dense(self._merge_heads(attended))
+        output = self._merge_and_project(attended)
         results = (output,)
         if return_attention_scores:
             results += (weights,)
