@@ -51,7 +51,11 @@ def group_batches(
     def rows_first(tokens):
         tokens = tf.transpose(tokens, [1, 0, 2])
         missing = -tf.shape(tokens)[0] % row_multiple
-        return tf.pad(tokens, [[0, missing], [0, 0], [0, 0]])
+        # The group size stays in the static shape: `tf.distribute` makes the empty batches a
+        # worker without data contributes (at the end of its stream) from the static shape.
+        return tf.ensure_shape(
+            tf.pad(tokens, [[0, missing], [0, 0], [0, 0]]), [None, accumulate_steps, None]
+        )
 
     return dataset.padded_batch(accumulate_steps, drop_remainder=True).map(
         lambda inputs, labels: (
@@ -89,8 +93,9 @@ def _trimmed(inputs: dict, labels, index: int, trim: bool):
         return {SOURCE: source, TARGET: target}, labels
     # Real pairs come first in every replica's share (padding rows were appended), and every
     # real pair's decoder input starts with [START]; lengths are at least 1 so that a share with
-    # no real pair still has a shape the model accepts.
-    rows = tf.cast(real_tokens(target[:, 0]), tf.int32)
+    # no real pair still has a shape the model accepts (also the empty batch of a worker whose
+    # data has ended, which has no columns either).
+    rows = tf.cast(real_tokens(target[:, :1]), tf.int32)
 
     def length(tokens):
         per_row = tf.reduce_sum(tf.cast(tf.not_equal(tokens, PAD_ID), tf.int32), axis=1)
