@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.inference.search import beam_search, greedy_search, length_penalty
+from keras_transformer.inference.search import (
+    beam_search,
+    greedy_search,
+    length_penalty,
+    write_column,
+)
 
 START, END = 2, 3
 
@@ -160,3 +165,46 @@ def test_a_row_gets_the_same_result_alone_or_batched(alpha):
         alone = run_beam(tables[row : row + 1], limits[row : row + 1], 3, alpha, max_length=6)
         np.testing.assert_array_equal(alone[0][0], batched[0][row])
         assert alone[1][0] == pytest.approx(batched[1][row], rel=1e-6)
+
+
+def second_order_step(tables, growing: bool):
+    """Step function whose next-token log-probs depend on the previous two tokens
+    (`tables[before, last]`, one `(vocab, vocab, vocab)` chain); the state is the tokens fed so
+    far, START first, either growing by one column per step or written into a fixed buffer."""
+    tables = tf.constant(tables, tf.float32)
+
+    def step_fn(tokens, step, history):
+        if growing:
+            history = tf.concat([history, tokens[:, None]], axis=1)
+            before = history[:, -2]
+        else:
+            before = tf.gather(history, step, axis=1)
+            history = write_column(history, step + 1, tokens)
+        return tf.gather_nd(tables, tf.stack([before, tokens], axis=1)), history
+
+    return step_fn
+
+
+@pytest.mark.parametrize("beam_width", [1, 3])
+def test_a_state_that_grows_every_step_decodes_like_a_fixed_buffer(beam_width):
+    rng = np.random.default_rng(5)
+    logits = rng.normal(scale=2.0, size=(6, 6, 6))
+    logits[..., [0, START]] = -np.inf
+    tables = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    limits, max_length, rows = [5, 3], 5, 2 * beam_width
+
+    def search(growing, state_shapes=None):
+        columns = 1 if growing else max_length + 1
+        return tf.function(beam_search)(
+            second_order_step(tables, growing),
+            initial_state=tf.fill((rows, columns), START), start_id=START, end_id=END,
+            limits=limits, max_length=max_length, beam_width=beam_width, alpha=0.6,
+            state_shapes=state_shapes,
+        )
+
+    fixed_tokens, fixed_scores = search(growing=False)
+    tokens, scores = search(growing=True, state_shapes=tf.TensorShape([rows, None]))
+    np.testing.assert_array_equal(tokens.numpy(), fixed_tokens.numpy())
+    np.testing.assert_allclose(scores.numpy(), fixed_scores.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="shape"):  # without state_shapes, shapes must hold
+        search(growing=True)
