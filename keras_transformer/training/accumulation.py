@@ -204,7 +204,10 @@ class TokenWeightedSteps:
         # The optimizer sums the replicas' gradients: each is already its share of the mean.
         # Its update counter depends on no data: without this dependency, the step that finds
         # the end of the data (the workers of a cluster agree on it with an all-reduce first)
-        # could count an update that never happens.
+        # could count an update that never happens. Its variables are made first, outside the
+        # dependency, from which they could not be lifted out of the step's function.
+        if not model.optimizer.built:
+            model.optimizer.build(weights)
         with tf.control_dependencies([step_tokens]):
             model.optimizer.apply_gradients(zip(gradients, weights, strict=True))
         return metrics

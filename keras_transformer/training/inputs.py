@@ -4,7 +4,8 @@ batches `fit` sees.
 Training files are streamed (`text.corpus`): checked by a streaming pre-scan, sampled for the
 vocabulary, read through a bounded shuffle buffer, never held whole in memory. Validation pairs
 are few and held in memory (the BLEU evaluation translates them). The built-in demo data set is
-small and stays in memory too.
+small and stays in memory too. Under multi-worker training each worker reads and batches only its
+own share of the training pairs (`worker_training_dataset`).
 """
 
 from __future__ import annotations

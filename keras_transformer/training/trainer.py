@@ -251,7 +251,9 @@ def train(
     when started again with the same settings, with a reseeded shuffle (see `data_seed`).
 
     In a multi-worker cluster every worker calls `train`; only the chief writes `run_dir`, the
-    others keep their backups under `run_dir/workers/<task>/`.
+    others keep their backups under `run_dir/workers/<task>/`. Each worker reads and batches only
+    its own share of the training pairs (`worker_training_dataset`), its batches the global
+    batch divided among the replicas; an epoch lasts until the last worker's data ends.
 
     `run_info.json` (see `RunInfo`) records the pair counts, the project version and git commit,
     the training time and, at the end, the kept model's validation loss and BLEU (with

@@ -154,7 +154,7 @@ def run_two_workers(config_path: Path, run_dir: Path) -> list[str]:
     outputs = []
     try:
         for process in processes:
-            outputs.append(process.communicate(timeout=150))
+            outputs.append(process.communicate(timeout=300))
     finally:
         for process in processes:
             process.kill()
