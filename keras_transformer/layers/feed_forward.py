@@ -79,7 +79,8 @@ class FeedForward(keras.layers.Layer):
     def call(self, x, training=None):
         if len(x.shape) == 3 and x.shape[1] == 1:
             # One position per row (a decoding step): a `(batch, d_model)` matrix takes plain
-            # MatMuls, where Dense on 3-D inputs goes through tensordot and its shape ops.
+            # MatMuls, where Dense on 3-D inputs goes through tensordot and its shape ops, run
+            # again at every step. The same products either way.
             rows = self._network(keras.ops.reshape(x, (-1, self.d_model)), training)
             return keras.ops.reshape(rows, (-1, 1, self.d_model))
         return self._network(x, training)
