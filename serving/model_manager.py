@@ -10,8 +10,6 @@ servable they resolved, so unloading never cuts an in-flight request short.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
 import gc
 import logging
@@ -27,6 +25,7 @@ from tensorflow_serving.apis import get_model_status_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
 from serving.errors import ServingError, from_exception, not_found
+from serving.heap import large_blocks_mapped, resident_mib, return_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +290,8 @@ class ModelManager:
         for attempt in range(self._max_load_retries + 1):
             log.info("Loading servable %s version %d from %s", name, number, path)
             try:
-                servable = self._loader(name, number, path)
+                with large_blocks_mapped():
+                    servable = self._loader(name, number, path)
             except Exception as exception:  # any load failure is reported, never raised
                 error = from_exception(exception)
                 log.error("Loading %s version %d failed: %s", name, number, error.message)
@@ -329,6 +329,7 @@ class ModelManager:
             self._freed.clear()
             gc.collect()
             return_freed_memory()
+            log.info("Freed an unloaded servable: resident memory %d MiB", resident_mib())
 
 
     def _apply_labels(self, config: model_server_config_pb2.ModelServerConfig) -> None:
@@ -348,20 +349,3 @@ class ModelManager:
 
 def _error_code_value(name: str) -> int:
     return error_codes_pb2.Code.Value(name)
-
-
-def return_freed_memory() -> None:
-    """Hands the heap freed by an unloaded model back to the OS where libc can (glibc's
-    `malloc_trim`): glibc keeps it otherwise, a few hundred MB per version swap of a translator."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (AttributeError, OSError, TypeError):  # not glibc
-        return None
-
-
-_MALLOC_TRIM = _malloc_trim()
