@@ -265,6 +265,7 @@ def load_run(run_dir: str | Path, compile: bool = True) -> Run:
         raise FileNotFoundError(
             f"{paths.model}: missing (the run has not finished an epoch with validation yet)"
         )
+    _register_serializables()
     try:
         model = keras.saving.load_model(paths.model, compile=compile)
     except (OSError, ValueError) as error:
@@ -278,3 +279,15 @@ def load_run(run_dir: str | Path, compile: bool = True) -> Run:
         target_tokenizer=target_tokenizer,
         history=read_history(paths.root),
     )
+
+
+def _register_serializables() -> None:
+    """Imports every module whose classes a `model.keras` file names, so Keras can find them.
+
+    The package imports lazily; in a fresh process nothing has imported the layers yet (nor, for
+    a compiled load, the loss, metric and schedule).
+    """
+    import keras_transformer.layers  # noqa: F401
+    import keras_transformer.training.losses  # noqa: F401
+    import keras_transformer.training.metrics  # noqa: F401
+    import keras_transformer.training.schedules  # noqa: F401

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -77,3 +79,13 @@ def test_bad_files_are_named(trained_run_dir, tmp_path):
     paths.config.write_text("{\n  oops")
     with pytest.raises(ValueError, match=r"config.json:2: invalid JSON"):
         load_run(copy)
+
+
+def test_load_run_works_in_a_fresh_process(trained_run_dir):
+    # The package imports lazily: nothing but `load_run` itself may have to register the layers,
+    # loss, metric and schedule that `model.keras` names.
+    script = ("import sys; from keras_transformer.run_dir import load_run; "
+              "print(load_run(sys.argv[1]).model.name)")
+    result = subprocess.run([sys.executable, "-c", script, str(trained_run_dir)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
