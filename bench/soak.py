@@ -57,6 +57,8 @@ from serving.process import LocalServer  # noqa: E402
 BATCHING_FILE = REPO_ROOT / "serving" / "deploy" / "batching_parameters.txt"
 MAX_REQUEST_BYTES = 1 << 20
 MAX_INSTANCES = 64
+# Server log lines that show a version swap, and the resident memory once the old one is freed.
+SWAP_EVENTS = ("Successfully loaded servable", "Unloaded servable", "Freed an unloaded servable")
 SENTENCES = [
     "Ein Mann fährt mit dem Fahrrad durch die Stadt.",
     "Zwei Kinder spielen im Sand am Strand.",
@@ -467,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
             log = server.log()
         status = report(args, result)
     print(f"\nserver log: {log.count('Traceback')} tracebacks")
+    for line in log.splitlines():  # the swap's steps, with the memory once v1 is freed
+        if any(event in line for event in SWAP_EVENTS):
+            print(f"  {line.strip()}")
     return status
 
 

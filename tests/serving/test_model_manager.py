@@ -173,25 +173,54 @@ def test_reload_config_adds_and_removes_models(tmp_path):
         manager.servable("a")
 
 
+class CyclicLoader(FakeLoader):
+    """Servables that hold themselves in a reference cycle, as a loaded SavedModel does: only
+    a garbage collection frees them."""
+
+    def __call__(self, name, version, path):
+        servable = super().__call__(name, version, path)
+        servable.itself = servable
+        return servable
+
+
 def test_an_unloaded_version_is_freed_and_its_memory_handed_back(tmp_path, monkeypatch):
     trims = []
     monkeypatch.setattr(model_manager, "return_freed_memory", lambda: trims.append(1))
+    gc.disable()  # the collections must come from the manager (under load Python's may not)
+    try:
+        (tmp_path / "1").mkdir()
+        manager = ModelManager(config_for(tmp_path), CyclicLoader(), poll_seconds=0)
+        manager.start()
+        in_flight = manager.servable("m")  # a request still holds version 1
+        released = weakref.ref(in_flight)
+        (tmp_path / "2").mkdir()
+        manager.poll()
+        assert manager.servable("m").version == 2 and released() is in_flight and trims == []
+        del in_flight  # the request finishes; only its reference cycle keeps version 1
+        assert released() is not None
+        manager.poll()  # the next poll collects it and hands its memory back, once
+        assert released() is None and trims == [1]
+        manager.poll()
+        assert trims == [1]
+        (tmp_path / "3").mkdir()  # no request holds version 2: handed back as it is unloaded
+        manager.poll()
+        assert manager.servable("m").version == 3 and trims == [1, 1]
+        manager.stop()
+    finally:
+        gc.enable()
+
+
+def test_a_leaked_version_is_reported_and_no_longer_collected(tmp_path, monkeypatch, caplog):
+    collections = []
+    monkeypatch.setattr(model_manager.gc, "collect", lambda: collections.append(1))
     (tmp_path / "1").mkdir()
     manager = ModelManager(config_for(tmp_path), FakeLoader(), poll_seconds=0)
     manager.start()
-    in_flight = manager.servable("m")  # a request still holds version 1
-    released = weakref.ref(in_flight)
+    leaked = manager.servable("m")  # held for ever
     (tmp_path / "2").mkdir()
-    manager.poll()
-    assert manager.servable("m").version == 2 and released() is in_flight and trims == []
-    del in_flight  # the request finishes: nothing else may keep the old version alive
-    gc.collect()
-    assert released() is None and trims == []
-    manager.poll()  # the next poll hands its memory back, once
-    manager.poll()
-    assert trims == [1]
-    (tmp_path / "3").mkdir()  # no request holds version 2: handed back as it is unloaded
-    manager.poll()
-    assert manager.servable("m").version == 3 and trims == [1, 1]
+    for _ in range(15):
+        manager.poll()
+    assert len(collections) == 10 and leaked.version == 1
+    assert "version: 1} is still referenced" in caplog.text
     manager.stop()
 
