@@ -3,8 +3,12 @@
 import argparse
 import sys
 
-from serving.flags import add_server_flags
-from serving.server import serve
+from serving.heap import limit_arenas
+
+limit_arenas()  # before TensorFlow and the server start their threads
+
+from serving.flags import add_server_flags  # noqa: E402
+from serving.server import serve  # noqa: E402
 
 parser = argparse.ArgumentParser(
     prog="python -m serving",

@@ -7,7 +7,8 @@ export, of which `malloc_trim` returned under 100). During a load, blocks of 64 
 are therefore mapped on their own (`mallopt(M_MMAP_THRESHOLD)`), so that freeing them unmaps
 them; afterwards the threshold is 32 MiB, the ceiling glibc's own adaptive threshold reaches,
 so serving keeps its large tensors on the heap (mapping every large block while serving cost
-10-60% of the translator's throughput). Other C libraries: nothing is changed.
+10-60% of the translator's throughput). Threads share one malloc arena per CPU core
+(`limit_arenas`). Other C libraries: nothing is changed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import ctypes.util
 import os
 from collections.abc import Iterator
 
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter numbers
+_M_ARENA_MAX = -8
 _LOAD_MMAP_THRESHOLD = 64 * 1024
 _SERVING_MMAP_THRESHOLD = 32 * 1024 * 1024
 
@@ -46,6 +48,27 @@ def large_blocks_mapped() -> Iterator[None]:
         yield
     finally:
         _GLIBC.mallopt(_M_MMAP_THRESHOLD, _SERVING_MMAP_THRESHOLD)
+
+
+def limit_arenas() -> None:
+    """Lets malloc keep one arena per CPU core (glibc's default: 8 per core), unless the
+    `MALLOC_ARENA_MAX` environment variable already says how many; call before threads start.
+
+    Each arena keeps its own free pages, so with one per request thread a version swap under
+    load leaves its memory spread over dozens of heaps that cannot shrink (measured: a soak of
+    10,000 requests at concurrency 64 with a swap, on 2 cores, end RSS +28% with glibc's
+    default, +9% with 2 arenas, at the same latency).
+    """
+    if _GLIBC is not None and "MALLOC_ARENA_MAX" not in os.environ:
+        _GLIBC.mallopt(_M_ARENA_MAX, _usable_cpus())
+
+
+def _usable_cpus() -> int:
+    """The CPU cores this process may run on (its affinity mask: a container's CPU set)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity masks on this OS
+        return os.cpu_count() or 1
 
 
 def return_freed_memory() -> None:

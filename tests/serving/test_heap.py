@@ -42,3 +42,36 @@ def held_mib(mode):
 def test_large_blocks_allocated_during_a_load_are_returned_when_freed():
     assert held_mib("heap") >= 150  # on the heap, pinned by the small blocks
     assert held_mib("mapped") <= 20
+
+
+# Eight threads allocate at once (each waits for all, so none can reuse another's arena), then
+# glibc's malloc_stats prints one "Arena N:" block per arena to stderr.
+ARENAS_PROGRAM = textwrap.dedent("""
+    import ctypes, sys, threading
+    from serving.heap import limit_arenas
+    if sys.argv[1] == "limited":
+        limit_arenas()
+    barrier = threading.Barrier(8)
+    def allocate():
+        barrier.wait()
+        held = [bytearray(64 << 10) for _ in range(4)]
+        barrier.wait()
+    threads = [threading.Thread(target=allocate) for _ in range(8)]
+    for thread in threads: thread.start()
+    for thread in threads: thread.join()
+    ctypes.CDLL(None).malloc_stats()
+""")
+
+
+def arenas(mode, cpus):
+    env = {key: value for key, value in os.environ.items() if key != "MALLOC_ARENA_MAX"}
+    result = subprocess.run(
+        ["taskset", "-c", ",".join(map(str, range(cpus))), sys.executable, "-c",
+         ARENAS_PROGRAM, mode], capture_output=True, text=True, check=True, env=env
+    )
+    return result.stderr.count("Arena ")
+
+
+def test_threads_share_one_arena_per_core():
+    assert arenas("default", cpus=1) > 2  # glibc: up to 8 per core
+    assert arenas("limited", cpus=1) == 1
