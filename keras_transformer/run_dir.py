@@ -32,6 +32,12 @@ from pathlib import Path
 
 import keras
 
+# The modules whose classes a `model.keras` file names (the package imports lazily, so in a
+# fresh process nothing else may have registered them with Keras yet).
+import keras_transformer.layers  # noqa: F401
+import keras_transformer.training.losses  # noqa: F401
+import keras_transformer.training.metrics  # noqa: F401
+import keras_transformer.training.schedules  # noqa: F401
 from keras_transformer.config import TransformerConfig
 from keras_transformer.settings import TrainingSettings
 from keras_transformer.text.tokenizer import SubwordTokenizer
@@ -265,7 +271,6 @@ def load_run(run_dir: str | Path, compile: bool = True) -> Run:
         raise FileNotFoundError(
             f"{paths.model}: missing (the run has not finished an epoch with validation yet)"
         )
-    _register_serializables()
     try:
         model = keras.saving.load_model(paths.model, compile=compile)
     except (OSError, ValueError) as error:
@@ -280,14 +285,3 @@ def load_run(run_dir: str | Path, compile: bool = True) -> Run:
         history=read_history(paths.root),
     )
 
-
-def _register_serializables() -> None:
-    """Imports every module whose classes a `model.keras` file names, so Keras can find them.
-
-    The package imports lazily; in a fresh process nothing has imported the layers yet (nor, for
-    a compiled load, the loss, metric and schedule).
-    """
-    import keras_transformer.layers  # noqa: F401
-    import keras_transformer.training.losses  # noqa: F401
-    import keras_transformer.training.metrics  # noqa: F401
-    import keras_transformer.training.schedules  # noqa: F401
