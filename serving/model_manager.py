@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 Loader = Callable[[str, int, str], Any]
 _VERSION_DIR = re.compile(r"\d{1,18}")
+# Polls that collect garbage for an unloaded servable before it is reported as leaked.
+_COLLECTIONS_BEFORE_GIVING_UP = 10
 
 
 @dataclasses.dataclass
@@ -51,7 +53,7 @@ class _Unloaded:
     name: str
     version: int
     reference: weakref.ref | None
-    collections_left: int = 10
+    collections_left: int = _COLLECTIONS_BEFORE_GIVING_UP
 
 
 @dataclasses.dataclass
@@ -118,7 +120,7 @@ class ModelManager:
         self._lock = threading.Lock()  # guards _models and every _Version
         self._poll_lock = threading.Lock()  # one scan at a time (poll thread vs config reload)
         self._stopping = threading.Event()
-        self._unloaded: list[_Unloaded] = []  # waiting to be freed; touched by the poll only
+        self._unloaded: list[_Unloaded] = []  # waiting to be freed; under _poll_lock
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -341,8 +343,8 @@ class ModelManager:
         A loaded SavedModel is full of reference cycles, which Python's collector reaches only
         at its next full collection: under load that can be never (measured: a swapped-out
         Multi30k export stayed resident, +400 MiB). So while an unloaded servable is still in
-        memory, each poll collects garbage, at most `collections_left` times (a request in
-        flight holds it for a moment; a real leak is logged, not collected for ever).
+        memory, each poll collects garbage, at most `_COLLECTIONS_BEFORE_GIVING_UP` times (a
+        request in flight holds it for a moment; a real leak is logged, not collected for ever).
         """
         if not self._unloaded:
             return
