@@ -157,8 +157,8 @@ def export_run(
     base_dir: str | os.PathLike,
     *,
     version: int | None = None,
-    beam_width: int = DEFAULT_BEAM_WIDTH,
-    alpha: float = DEFAULT_ALPHA,
+    beam_width: int | None = None,
+    alpha: float | None = None,
     max_length: int | None = None,
     warmup_sentences: Sequence[str] | None = None,
 ) -> Path:
@@ -168,18 +168,20 @@ def export_run(
         run_dir: a run directory written by `keras-transformer train`.
         base_dir, version, warmup_sentences: see `export_translator`.
         beam_width, alpha, max_length: decoding options baked into the export (see
-            `Translator`).
+            `Translator`); an unset `beam_width` or `alpha` is the one the run chose on
+            validation (`tune_decoding`), else the library's default.
 
     Returns:
         the version directory, with the run's model card (`model_card.run_card`).
     """
     run = load_run(run_dir, compile=False)
+    chosen = {"beam_width": DEFAULT_BEAM_WIDTH, "alpha": DEFAULT_ALPHA, **run.decoding}
     translator = Translator(
         run.model,
         run.source_tokenizer,
         run.target_tokenizer,
-        beam_width=beam_width,
-        alpha=alpha,
+        beam_width=chosen["beam_width"] if beam_width is None else beam_width,
+        alpha=chosen["alpha"] if alpha is None else alpha,
         max_length=max_length,
     )
     return export_translator(

@@ -190,6 +190,8 @@ class Run:
         source_tokenizer: `SubwordTokenizer` of the source language.
         target_tokenizer: `SubwordTokenizer` of the target language.
         history: per-epoch logs, `{"epoch": [...], "loss": [...], "val_loss": [...], ...}`.
+        decoding: the decoding chosen on validation at the end of training (`tune_decoding`),
+            `{"beam_width": ..., "alpha": ...}`, or empty: the library's defaults.
     """
 
     directory: Path
@@ -199,6 +201,7 @@ class Run:
     source_tokenizer: SubwordTokenizer
     target_tokenizer: SubwordTokenizer
     history: dict
+    decoding: dict = dataclasses.field(default_factory=dict)
 
 
 def load_run_tokenizers(run_dir: str | Path) -> tuple[SubwordTokenizer, SubwordTokenizer]:
@@ -244,6 +247,13 @@ def write_run_info(run_dir: str | Path, info: dict) -> None:
     partial.replace(path)
 
 
+def run_decoding(info: dict) -> dict:
+    """`{"beam_width", "alpha"}` chosen for a run's kept model, from its `run_info.json`
+    contents, or `{}` if none was chosen (`tune_decoding`)."""
+    decoding = info.get("decoding") or {}
+    return {key: decoding[key] for key in ("beam_width", "alpha") if key in decoding}
+
+
 def load_run(run_dir: str | Path, compile: bool = True) -> Run:
     """Loads a finished (or interrupted, once it has saved a best model) training run.
 
@@ -283,5 +293,6 @@ def load_run(run_dir: str | Path, compile: bool = True) -> Run:
         source_tokenizer=source_tokenizer,
         target_tokenizer=target_tokenizer,
         history=read_history(paths.root),
+        decoding=run_decoding(read_run_info(paths.root)),
     )
 

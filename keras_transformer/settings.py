@@ -64,6 +64,10 @@ class TrainingSettings:
         average_checkpoints: at the end, average the weights of this many last epochs (or saved
             step checkpoints) and keep the average if it validates better than the best one
             (1: no averaging).
+        tune_decoding: with `eval_every`, at the end choose the kept model (the best save or the
+            checkpoint average) and the length-penalty exponent by beam-search BLEU (the default
+            beam) on the `eval_sentences`, over `LENGTH_PENALTY_GRID`; the chosen alpha becomes
+            the run's default for translate, evaluate and export.
     """
 
     source_file: str | None = None
@@ -96,6 +100,7 @@ class TrainingSettings:
     lower_case: bool = False
     shared_vocab: bool = False
     average_checkpoints: int = 1
+    tune_decoding: bool = False
 
     def __post_init__(self) -> None:
         for name in ("source_file", "target_file", "val_source_file", "val_target_file",
@@ -126,6 +131,8 @@ class TrainingSettings:
                 f"eval_every ({self.eval_every}) must be a multiple of save_every "
                 f"({self.save_every})"
             )
+        if self.tune_decoding is True and self.eval_every is None:
+            raise ValueError("tune_decoding needs eval_every (it scores the eval_sentences)")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         _check_positive_number("learning_rate_scale", self.learning_rate_scale)
@@ -136,7 +143,8 @@ class TrainingSettings:
             0 < fraction < 1
         ):
             raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
-        for name in ("mixed_precision", "jit_compile", "lower_case", "shared_vocab"):
+        for name in ("mixed_precision", "jit_compile", "lower_case", "shared_vocab",
+                     "tune_decoding"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.strategy not in STRATEGIES:

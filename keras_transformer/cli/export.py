@@ -25,12 +25,14 @@ def add_parser(subparsers) -> None:
         "--version", type=int, help="version number (default: one more than the highest)"
     )
     parser.add_argument(
-        "--beam", type=int, default=DEFAULT_BEAM_WIDTH,
-        help="beam width, 1 = greedy (default: %(default)s)",
+        "--beam", type=int,
+        help="beam width, 1 = greedy (default: the run's chosen on validation, else "
+        f"{DEFAULT_BEAM_WIDTH})",
     )
     parser.add_argument(
-        "--alpha", type=float, default=DEFAULT_ALPHA,
-        help="length-penalty exponent (default: %(default)s)",
+        "--alpha", type=float,
+        help="length-penalty exponent (default: the run's chosen on validation, else "
+        f"{DEFAULT_ALPHA})",
     )
     parser.add_argument(
         "--max-length", type=int,
@@ -47,7 +49,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from keras_transformer.export import export_run
 
-    if args.beam < 1:
+    if args.beam is not None and args.beam < 1:
         print("error: --beam must be at least 1", file=sys.stderr)
         return 2
     sentences = None

@@ -8,6 +8,8 @@ loading TensorFlow.
 DEFAULT_BEAM_WIDTH = 4
 # Exponent of the GNMT length penalty ((5 + |Y|) / 6) ** alpha; 0.6 is the paper's.
 DEFAULT_ALPHA = 0.6
+# The length-penalty exponents a run with `tune_decoding` tries at the end, on validation.
+LENGTH_PENALTY_GRID = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)
 # Room for the translation beyond the source length (capped at the model's max_length).
 DEFAULT_EXTRA_LENGTH = 50
 # Widest beam a request may ask an export's `translate_with_options` for (cost grows linearly).

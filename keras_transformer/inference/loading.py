@@ -155,8 +155,10 @@ class LoadedTranslator(abc.ABC):
 class RunTranslator(LoadedTranslator):
     """Translates with the best model of a training run (`model.keras` and its tokenizers).
 
-    Unset options are the library's defaults (`DEFAULT_BEAM_WIDTH`, `DEFAULT_ALPHA`). One
-    `Translator` is built, and traced, per beam width and alpha asked for, and kept.
+    With neither option set, the decoding the run chose on validation (`tune_decoding`), if it
+    chose one; other unset options are the library's defaults (`DEFAULT_BEAM_WIDTH`,
+    `DEFAULT_ALPHA`). One `Translator` is built, and traced, per beam width and alpha asked
+    for, and kept.
     """
 
     def __init__(self, run: Run, **options):
@@ -166,6 +168,8 @@ class RunTranslator(LoadedTranslator):
         self._translators: dict[tuple[int, float], Translator] = {}
 
     def _translator(self, beam_width: int | None, alpha: float | None) -> Translator:
+        if beam_width is None and alpha is None:
+            beam_width, alpha = self.run.decoding.get("beam_width"), self.run.decoding.get("alpha")
         key = (
             DEFAULT_BEAM_WIDTH if beam_width is None else int(beam_width),
             DEFAULT_ALPHA if alpha is None else float(alpha),
@@ -230,10 +234,10 @@ def load_translator(
             version directory (`saved_model.pb`), or an export base directory (its highest
             version is used).
         beam_width: beam width of `translate` (1 = greedy; each call may choose its own).
-            None: `DEFAULT_BEAM_WIDTH` (4) for a run directory; for an export, what it was
-            exported with, unless `alpha` is given.
-        alpha: length-penalty exponent; None: `DEFAULT_ALPHA` (0.6), or for an export without a
-            `beam_width` either, what it was exported with.
+            None: `DEFAULT_BEAM_WIDTH` (4), or without an `alpha` either, what the export
+            was exported with or the run chose on validation (`tune_decoding`).
+        alpha: length-penalty exponent; None: `DEFAULT_ALPHA` (0.6), or without a
+            `beam_width` either, what the export was exported with or the run chose.
         batch_size: sentences per call to the model.
 
     Returns:

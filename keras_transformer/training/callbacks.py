@@ -307,7 +307,10 @@ class CheckpointAverage(keras.callbacks.Callback):
     after the resume (ones written after the epoch it resumes from are dropped). The model's
     own weights are left as they were.
 
-    "Better" is a lower validation loss, or with `bleu` a higher validation BLEU.
+    "Better" is a lower validation loss, or with `bleu` a higher validation BLEU: the average's
+    against the best `val_bleu` of the run, or with `rescore_best` against the best model's
+    own score by the same `bleu` (for a scorer other than the one the best was chosen by, such
+    as beam search over length penalties, `LengthPenaltySearch`).
 
     Args:
         count: how many of the last checkpoints to average (at least 2 are needed).
@@ -320,13 +323,15 @@ class CheckpointAverage(keras.callbacks.Callback):
         bleu: optional scorer, `() -> float`, of the model's current weights (`BleuScorer`).
         best_val_bleu: with `bleu`, the best validation BLEU before this run, or None.
         unit: what the message calls the checkpoints ("epochs", "checkpoints").
+        rescore_best: with `bleu`, score the best model (its weights loaded from `path`) with
+            `bleu` too, and compare the average with that.
     """
 
     def __init__(self, count: int, validation_data, path: str | Path,
                  best_val_loss: float | None = None, save: bool = True, *,
                  directory: str | Path | None = None,
                  bleu: Callable[[], float] | None = None, best_val_bleu: float | None = None,
-                 unit: str = "epochs"):
+                 unit: str = "epochs", rescore_best: bool = False):
         super().__init__()
         self.count = count
         self.validation_data = validation_data
@@ -337,6 +342,7 @@ class CheckpointAverage(keras.callbacks.Callback):
         self.bleu = bleu
         self.best_val_bleu = best_val_bleu
         self.unit = unit
+        self.rescore_best = rescore_best
         self.average_val_loss = None
         self.average_val_bleu = None
         self._temporary = None
@@ -398,22 +404,31 @@ class CheckpointAverage(keras.callbacks.Callback):
                 weights = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
             total = weights if total is None else [a + b for a, b in zip(total, weights,
                                                                          strict=True)]
-        self.model.set_weights([weights / len(checkpoints) for weights in total])
+        average = [weights / len(checkpoints) for weights in total]
+        self.model.set_weights(average)
         results = self.model.evaluate(self.validation_data, verbose=0, return_dict=True)
         self.average_val_loss = float(results["loss"])
         if self.bleu is None:
             kept = self.best_val_loss is None or self.average_val_loss < self.best_val_loss
             best = _format(self.best_val_loss, "val_loss", ".4f")
+            bleu = ""
         else:
+            name = "rescored BLEU" if self.rescore_best else "val_bleu"
             self.average_val_bleu = self.bleu()
+            if self.rescore_best:
+                self.best_val_bleu = None
+                if self.path.is_file():
+                    self.model.load_weights(self.path)
+                    self.best_val_bleu = self.bleu()
             kept = self.best_val_bleu is None or self.average_val_bleu > self.best_val_bleu
-            best = _format(self.best_val_bleu, "val_bleu", ".2f")
-        bleu = "" if self.average_val_bleu is None else f", val_bleu {self.average_val_bleu:.2f}"
+            best = _format(self.best_val_bleu, name, ".2f")
+            bleu = f", {name} {self.average_val_bleu:.2f}"
         first, last = (_checkpoint_step(c) for c in (checkpoints[0], checkpoints[-1]))
         print(f"Average of the last {len(checkpoints)} {self.unit}: val_loss "
               f"{self.average_val_loss:.4f}{bleu} (best: {best}; averaged steps {first} to "
               f"{last}); {'saved as the best model' if kept else 'not kept'}.")
         if kept and self.save:
+            self.model.set_weights(average)
             self.model.save(self.path)
         self.model.set_weights(trained)
 

@@ -1,5 +1,6 @@
 """Validation by BLEU during training: greedy translations of validation sentences, scored with
-sacreBLEU, logged as `val_bleu` every few save intervals."""
+sacreBLEU, logged as `val_bleu` every few save intervals; at the end, beam-search BLEU over a grid
+of length penalties to choose the kept model and its decoding."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ import keras
 import sacrebleu
 import tensorflow as tf
 
+from keras_transformer.inference.defaults import DEFAULT_ALPHA
 from keras_transformer.inference.translator import Translator
 
 
 class BleuScorer:
-    """sacreBLEU of a model's greedy translations of fixed validation sentences.
+    """sacreBLEU of a model's translations of fixed validation sentences.
 
-    Translation uses the project's cached greedy decoding (`Translator` with a beam of 1), traced
+    Translation uses the project's cached decoding (`Translator`), greedy by default, traced
     once and run on the model's current weights at every call, so one scorer serves the whole
-    run (also a checkpoint average set into the same model).
+    run (also a checkpoint average set into the same model). With a beam, the length penalty is
+    an argument of each call, so one traced search scores every alpha.
 
     Args:
         model: a model from `build_transformer`.
@@ -29,6 +32,7 @@ class BleuScorer:
             whose translations come out lower-cased).
         batch_size: sentences translated per call; sentences are sorted by length first, so
             that a batch does not wait for one long sentence.
+        beam_width: 1 for greedy decoding, more for beam search.
 
     Example:
         >>> scorer = BleuScorer(model, source, target, sources, references)  # doctest: +SKIP
@@ -45,6 +49,7 @@ class BleuScorer:
         *,
         lowercase: bool = False,
         batch_size: int = 64,
+        beam_width: int = 1,
     ):
         if len(sources) != len(references) or not sources:
             raise ValueError(
@@ -53,30 +58,76 @@ class BleuScorer:
             )
         self.translator = Translator(
             model, source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
-            beam_width=1,
+            beam_width=beam_width,
         )
+        self.beam_width = beam_width
         self.sources = list(sources)
         self.references = list(references)
         self.lowercase = lowercase
         self.batch_size = batch_size
 
-    def translate(self, sentences: Sequence[str]) -> list[str]:
-        """Greedy translations of `sentences`, in their order."""
+    def translate(self, sentences: Sequence[str], alpha: float = DEFAULT_ALPHA) -> list[str]:
+        """Translations of `sentences`, in their order (`alpha`: the length-penalty exponent of
+        a beam search; greedy choices do not depend on it)."""
         order = sorted(range(len(sentences)), key=lambda index: len(sentences[index]))
         translations = [""] * len(sentences)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            outputs = self.translator.translate(tf.constant([sentences[i] for i in chunk]))
+            text = tf.constant([sentences[i] for i in chunk])
+            if self.beam_width == 1:
+                outputs = self.translator.translate(text)
+            else:
+                outputs = self.translator.translate_with_options(
+                    text, tf.constant(self.beam_width), tf.constant(alpha, tf.float32)
+                )
             for index, text in zip(chunk, outputs["translation"].numpy(), strict=True):
                 translations[index] = text.decode("utf-8")
         return translations
 
-    def __call__(self) -> float:
+    def __call__(self, alpha: float = DEFAULT_ALPHA) -> float:
         """Corpus BLEU (0-100) of the model's current translations of the sources."""
-        hypotheses = self.translate(self.sources)
+        hypotheses = self.translate(self.sources, alpha)
         return sacrebleu.corpus_bleu(
             hypotheses, [self.references], lowercase=self.lowercase
         ).score
+
+
+class LengthPenaltySearch:
+    """The best beam-search BLEU of a model's current weights over a grid of length penalties.
+
+    Each call scores every alpha of the grid with `scorer` (a `BleuScorer` with a beam) and
+    remembers the scores, so that the caller can read which alpha won.
+
+    Args:
+        scorer: a `BleuScorer` with `beam_width` > 1.
+        alphas: the GNMT length-penalty exponents to try.
+
+    Example:
+        >>> search = LengthPenaltySearch(beam_scorer, (0.6, 1.0, 1.4))  # doctest: +SKIP
+        >>> search(), search.best_alpha  # e.g. (43.6, 1.4)  # doctest: +SKIP
+    """
+
+    def __init__(self, scorer: BleuScorer, alphas: Sequence[float]):
+        if scorer.beam_width < 2 or not alphas:
+            raise ValueError(
+                "a length-penalty search needs a beam search (beam_width >= 2) and at least "
+                f"one alpha, got beam_width {scorer.beam_width} and alphas {list(alphas)}"
+            )
+        self.scorer = scorer
+        self.alphas = tuple(float(alpha) for alpha in alphas)
+        self.scores: dict[float, float] = {}
+
+    def __call__(self) -> float:
+        """The best BLEU (0-100) over the grid; `scores` holds each alpha's."""
+        self.scores = {alpha: self.scorer(alpha) for alpha in self.alphas}
+        return self.scores[self.best_alpha]
+
+    @property
+    def best_alpha(self) -> float:
+        """The alpha with the highest BLEU of the last call (the smallest of any tie)."""
+        if not self.scores:
+            raise RuntimeError("call the search before asking for its best alpha")
+        return max(self.scores, key=lambda alpha: (self.scores[alpha], -alpha))
 
 
 class BleuEvaluation(keras.callbacks.Callback):

@@ -55,7 +55,10 @@ class RunInfo:
         """Saves at the end of every epoch (save interval)."""
         return keras.callbacks.LambdaCallback(on_epoch_end=self.save)
 
-    def finish(self, validation: dict) -> None:
-        """Saves the kept model's validation (see `trainer.validate_kept_model`) and the time."""
+    def finish(self, validation: dict, decoding: dict | None = None) -> None:
+        """Saves the kept model's validation (see `trainer.validate_kept_model`), the decoding
+        chosen for it (`trainer.choose_decoding`), if any, and the time."""
         self.info["validation"] = validation
+        if decoding is not None:
+            self.info["decoding"] = decoding
         self.save()

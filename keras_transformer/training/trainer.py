@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -15,6 +16,7 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.inference.defaults import DEFAULT_BEAM_WIDTH, LENGTH_PENALTY_GRID
 from keras_transformer.model import build_transformer
 from keras_transformer.run_dir import (
     Run,
@@ -23,6 +25,7 @@ from keras_transformer.run_dir import (
     load_run_config,
     load_run_tokenizers,
     read_history,
+    run_decoding,
     save_run_config,
 )
 from keras_transformer.settings import TrainingSettings
@@ -45,7 +48,11 @@ from keras_transformer.training.distribution import (
     patch_for_strategy,
     worker_directory,
 )
-from keras_transformer.training.evaluation import BleuEvaluation, BleuScorer
+from keras_transformer.training.evaluation import (
+    BleuEvaluation,
+    BleuScorer,
+    LengthPenaltySearch,
+)
 from keras_transformer.training.inputs import (
     SHAPE_MULTIPLE,
     batch_options,
@@ -65,6 +72,7 @@ from keras_transformer.training.schedules import TransformerSchedule
 # backed-up weights or the vocabularies mean something else.
 RESUMABLE_CHANGES = frozenset({
     "epochs", "steps", "time_budget_minutes", "average_checkpoints", "patience", "shuffle_buffer",
+    "tune_decoding",
 })
 # Where a run keeps the checkpoints it averages (`average_checkpoints`), in the run directory.
 CHECKPOINTS = "checkpoints"
@@ -154,13 +162,15 @@ def _callbacks(
     token_steps: TokenWeightedSteps,
     val_data: tf.data.Dataset,
     bleu: BleuScorer | None,
+    search: LengthPenaltySearch | None,
     previous: dict,
     start: float,
     extra: list[keras.callbacks.Callback],
 ) -> list[keras.callbacks.Callback]:
     """The run's callbacks, in the order they must see each epoch's logs (`start`: when the
-    run started, by `time.monotonic()`; `extra`: the caller's own, and the chief's run-info
-    writer)."""
+    run started, by `time.monotonic()`; `search`: with `tune_decoding`, what the checkpoint
+    average and the best save are compared by; `extra`: the caller's own, and the chief's
+    run-info writer)."""
     chief = is_chief(strategy)
     agree = functools.partial(any_worker, strategy)
     best_val_loss = _best(previous, "val_loss", min)
@@ -192,14 +202,40 @@ def _callbacks(
     if settings.average_checkpoints > 1:
         callbacks.append(CheckpointAverage(
             settings.average_checkpoints, val_data, paths.model, best_val_loss, save=chief,
-            directory=paths.root / CHECKPOINTS, bleu=bleu, best_val_bleu=best_val_bleu,
+            directory=paths.root / CHECKPOINTS, bleu=search or bleu, best_val_bleu=best_val_bleu,
             unit="epochs" if settings.steps is None else "checkpoints",
+            rescore_best=search is not None,
         ))
     # After the run's own (they see the logs the history records), before the backup.
     callbacks += extra
     # Last, so that a backup of epoch k implies that epoch k's checkpoint and history are written.
     callbacks.append(keras.callbacks.BackupAndRestore(str(paths.backup)))
     return callbacks
+
+
+def choose_decoding(run: Run, sources: list[str], references: list[str], *, chosen_on: int,
+                    lowercase: bool) -> dict:
+    """Chooses the length penalty of the run's kept model by beam-search BLEU on the first
+    `chosen_on` validation pairs, over `LENGTH_PENALTY_GRID`, and scores that choice on all the
+    pairs and on those it was not chosen on.
+
+    Returns:
+        `{"beam_width", "alpha", "bleu_by_alpha": {alpha: BLEU}, "chosen_on": sentences,
+        "beam_bleu": BLEU on all, "beam_bleu_unseen": BLEU on the rest (None if none)}`.
+    """
+    def scorer(first: int, last: int | None) -> BleuScorer:
+        return BleuScorer(run.model, run.source_tokenizer, run.target_tokenizer,
+                          sources[first:last], references[first:last], lowercase=lowercase,
+                          beam_width=DEFAULT_BEAM_WIDTH)
+
+    search = LengthPenaltySearch(scorer(0, chosen_on), LENGTH_PENALTY_GRID)
+    search()
+    alpha = search.best_alpha
+    unseen = scorer(chosen_on, None)(alpha) if len(sources) > chosen_on else None
+    return {"beam_width": DEFAULT_BEAM_WIDTH, "alpha": alpha,
+            "bleu_by_alpha": {str(key): value for key, value in search.scores.items()},
+            "chosen_on": min(chosen_on, len(sources)),
+            "beam_bleu": scorer(0, None)(alpha), "beam_bleu_unseen": unseen}
 
 
 def validate_kept_model(
@@ -339,17 +375,24 @@ def train(
     patch_for_strategy(model, strategy)
     print(f"Model: {model.count_params():,} parameters.", flush=True)
 
-    bleu = None
+    bleu = search = None
     if settings.eval_every is not None:
         count = settings.eval_sentences
-        bleu = BleuScorer(model, source_tokenizer, target_tokenizer, val_corpus.sources[:count],
-                          val_corpus.targets[:count], lowercase=settings.lower_case)
+        sample = dict(sources=val_corpus.sources[:count], references=val_corpus.targets[:count],
+                      lowercase=settings.lower_case)
+        bleu = BleuScorer(model, source_tokenizer, target_tokenizer, **sample)
+        if settings.tune_decoding:
+            search = LengthPenaltySearch(
+                BleuScorer(model, source_tokenizer, target_tokenizer, **sample,
+                           beam_width=DEFAULT_BEAM_WIDTH),
+                LENGTH_PENALTY_GRID,
+            )
     previous = read_history(paths.root) if resuming else {}
     extra = list(callbacks or [])
     if chief:
         extra.append(run_info.callback())
-    fit_callbacks = _callbacks(settings, paths, strategy, token_steps, val_data, bleu, previous,
-                               start, extra)
+    fit_callbacks = _callbacks(settings, paths, strategy, token_steps, val_data, bleu, search,
+                               previous, start, extra)
     epochs, steps_per_epoch = fit_length(settings)
     with unknown_dataset_lengths():
         history = model.fit(
@@ -371,9 +414,21 @@ def train(
         return None
     run = load_run(run_dir)
     validation = validate_kept_model(run, val_data, bleu, trim=not settings.jit_compile)
-    run_info.finish(validation)
+    decoding = None
+    if search is not None:
+        decoding = choose_decoding(run, val_corpus.sources, val_corpus.targets,
+                                   chosen_on=settings.eval_sentences,
+                                   lowercase=settings.lower_case)
+    run_info.finish(validation, decoding)
     bleu_text = ("" if bleu is None else f", BLEU {validation['val_bleu']:.2f} "
                  f"({validation['bleu_signature']})")
     print(f"Kept model ({paths.model}): val_loss {validation['val_loss']:.4f}{bleu_text}.",
           flush=True)
+    if decoding is not None:
+        unseen = decoding["beam_bleu_unseen"]
+        unseen_text = "" if unseen is None else f", {unseen:.2f} on the others"
+        print(f"Decoding: beam {decoding['beam_width']}, alpha {decoding['alpha']} (chosen on "
+              f"{decoding['chosen_on']} validation sentences): BLEU {decoding['beam_bleu']:.2f} "
+              f"on all {len(val_corpus.sources)}{unseen_text}.", flush=True)
+        run = dataclasses.replace(run, decoding=run_decoding(run_info.info))
     return run

@@ -2,6 +2,9 @@
 the `translate` command's for the same path and options, per-call options work on both, and the
 run and its export agree."""
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 
@@ -15,7 +18,8 @@ from keras_transformer.inference.loading import (
     RunTranslator,
     load_translator,
 )
-from keras_transformer.run_dir import load_run
+from keras_transformer.model_card import read_model_card
+from keras_transformer.run_dir import RunPaths, load_run, read_run_info
 
 EXPORTED_BEAM = 2
 
@@ -120,3 +124,21 @@ def test_bad_paths_and_options_are_errors(tmp_path, trained_run_dir):
         load_translator(trained_run_dir, beam_width=0)
     with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
         load_translator(trained_run_dir, batch_size=0)
+
+
+def test_the_decoding_a_run_chose_is_the_default_of_its_translator_and_export(
+    trained_run_dir, sentences, tmp_path
+):
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run_dir, run_dir)
+    info = {**read_run_info(run_dir), "decoding": {"beam_width": 3, "alpha": 1.4}}
+    RunPaths(run_dir).info.write_text(json.dumps(info), encoding="utf-8")
+    assert load_run(run_dir, compile=False).decoding == {"beam_width": 3, "alpha": 1.4}
+    assert load_translator(run_dir).translate(sentences) == load_translator(
+        trained_run_dir, beam_width=3, alpha=1.4).translate(sentences)
+    export_run(run_dir, tmp_path / "models", version=1)
+    export_run(run_dir, tmp_path / "models", version=2, alpha=0.8)
+    chosen, overridden = (read_model_card(tmp_path / "models" / version)["decoding"]
+                          for version in ("1", "2"))
+    assert (chosen["beam_width"], chosen["alpha"]) == (3, 1.4)
+    assert (overridden["beam_width"], overridden["alpha"]) == (3, 0.8)

@@ -204,6 +204,35 @@ def test_checkpoint_average_by_bleu_ignores_a_better_loss(tmp_path):
     assert not (tmp_path / "best.keras").exists()
 
 
+@pytest.mark.parametrize("best_weight, average_kept", [(2.25, True), (2.0, False)])
+def test_checkpoint_average_rescoring_scores_the_saved_best_model_again(
+    tmp_path, capsys, best_weight, average_kept
+):
+    # The recorded best BLEU (1000, by another scorer) is ignored: the saved best model is
+    # scored again with the same stand-in BLEU as the average, highest for w = 2.
+    best = oscillating_model()
+    best.set_weights([np.full((1, 1), best_weight, "float32")])
+    best.save(tmp_path / "best.keras")
+    model = oscillating_model()
+
+    def bleu():
+        return 100.0 - abs(model.get_weights()[0].item() - 2.0)
+
+    average = CheckpointAverage(2, VALIDATION, tmp_path / "best.keras", bleu=bleu,
+                                best_val_bleu=1000.0, rescore_best=True)
+    model.fit(X, Y, batch_size=4, epochs=5, validation_data=(X, Y), callbacks=[average],
+              verbose=0)
+    averaged = (1.875 + 2.0625) / 2
+    assert average.average_val_bleu == pytest.approx(100 - abs(averaged - 2))
+    assert average.best_val_bleu == pytest.approx(100 - abs(best_weight - 2))
+    saved = keras.saving.load_model(tmp_path / "best.keras").get_weights()[0].item()
+    assert saved == pytest.approx(averaged if average_kept else best_weight)
+    assert model.get_weights()[0].item() == pytest.approx(2.0625)  # left as trained
+    printed = capsys.readouterr().out
+    assert "rescored BLEU" in printed
+    assert ("saved as the best model" if average_kept else "not kept") in printed
+
+
 class BleuLogger(keras.callbacks.Callback):
     def __init__(self, bleu):
         super().__init__()

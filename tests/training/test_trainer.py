@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.run_dir import RunPaths, load_run
+from keras_transformer.inference.defaults import DEFAULT_BEAM_WIDTH, LENGTH_PENALTY_GRID
+from keras_transformer.run_dir import RunPaths, load_run, read_run_info
 from keras_transformer.settings import TrainingSettings
 from keras_transformer.text.data import (
     DataError,
@@ -269,6 +270,41 @@ def test_patience_stops_a_run_whose_bleu_does_not_improve(
     assert len(set(run.history["val_bleu"])) == 1
     assert "No better val_bleu in 2 validations: stopping after epoch 3." in (
         capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_tune_decoding_chooses_the_kept_model_and_alpha_by_beam_bleu(
+    trained_run_dir, trained_run_config, tmp_path, capsys
+):
+    settings = TrainingSettings(
+        **files_of(trained_run_dir), steps=20, save_every=5, eval_every=10, eval_sentences=12,
+        batch_tokens=600, warmup_steps=10, vocab_size=150, average_checkpoints=2,
+        tune_decoding=True,
+    )
+    run = train(trained_run_config, settings, tmp_path / "run", verbose=0)
+    printed = capsys.readouterr().out
+    assert "Average of the last 2 checkpoints" in printed and "rescored BLEU" in printed
+    decoding = read_run_info(tmp_path / "run")["decoding"]
+    assert run.decoding == {"beam_width": DEFAULT_BEAM_WIDTH, "alpha": decoding["alpha"]}
+    # Every alpha of the grid is scored, as a beam scorer of the kept model scores it.
+    val = read_parallel_files(settings.val_source_file, settings.val_target_file)
+
+    def beam_bleu(first, last, alpha):
+        return BleuScorer(run.model, run.source_tokenizer, run.target_tokenizer,
+                          val.sources[first:last], val.targets[first:last],
+                          beam_width=DEFAULT_BEAM_WIDTH)(alpha)
+
+    scores = {float(alpha): score for alpha, score in decoding["bleu_by_alpha"].items()}
+    assert list(scores) == list(LENGTH_PENALTY_GRID)
+    for alpha in (LENGTH_PENALTY_GRID[0], LENGTH_PENALTY_GRID[-1], decoding["alpha"]):
+        assert scores[alpha] == pytest.approx(beam_bleu(0, 12, alpha), abs=1e-6)
+    best = max(scores.values())
+    assert decoding["alpha"] == min(alpha for alpha, score in scores.items() if score == best)
+    assert decoding["chosen_on"] == 12
+    assert decoding["beam_bleu"] == pytest.approx(beam_bleu(0, None, decoding["alpha"]), abs=1e-6)
+    assert decoding["beam_bleu_unseen"] == pytest.approx(
+        beam_bleu(12, None, decoding["alpha"]), abs=1e-6)
+    assert f"alpha {decoding['alpha']} (chosen on 12 validation sentences)" in printed
 
 
 class Recorder(keras.callbacks.Callback):
