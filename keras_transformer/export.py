@@ -19,6 +19,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
+from keras_transformer.inference.precision import compute_dtype_copy
 from keras_transformer.inference.translator import (
     SERVING_SIGNATURE,
     TOKENS_SIGNATURE,
@@ -171,13 +172,17 @@ def export_run(
             `Translator`); an unset `beam_width` or `alpha` is the one the run chose on
             validation (`tune_decoding`), else the library's default.
 
+    A mixed-precision model is exported with its weights in its compute dtype
+    (`compute_dtype_copy`): the same translations, without casting every weight at every
+    decoding step, and half the size.
+
     Returns:
         the version directory, with the run's model card (`model_card.run_card`).
     """
     run = load_run(run_dir, compile=False)
     chosen = {"beam_width": DEFAULT_BEAM_WIDTH, "alpha": DEFAULT_ALPHA, **run.decoding}
     translator = Translator(
-        run.model,
+        compute_dtype_copy(run.model),
         run.source_tokenizer,
         run.target_tokenizer,
         beam_width=chosen["beam_width"] if beam_width is None else beam_width,

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
+from keras_transformer.inference.precision import compute_dtype_copy
 from keras_transformer.inference.translator import (
     ATTENTION_SIGNATURE,
     OPTIONS_SIGNATURE,
@@ -164,6 +165,7 @@ class RunTranslator(LoadedTranslator):
     def __init__(self, run: Run, **options):
         super().__init__(f"run directory {run.directory}", **options)
         self.run = run
+        self.model = compute_dtype_copy(run.model)  # same outputs, no per-step weight casts
         # Kept here: a tf.function method holds only a weak reference to its instance.
         self._translators: dict[tuple[int, float], Translator] = {}
 
@@ -176,7 +178,7 @@ class RunTranslator(LoadedTranslator):
         )
         if key not in self._translators:
             self._translators[key] = Translator(
-                self.run.model,
+                self.model,
                 self.run.source_tokenizer,
                 self.run.target_tokenizer,
                 beam_width=key[0],

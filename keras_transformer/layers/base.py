@@ -9,6 +9,7 @@ from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.initializers import get_initializer, serialize_initializer
+from keras_transformer.layers.precision import normalization_policy
 from keras_transformer.layers.residual import LAYER_NORM_EPSILON, AddNorm
 
 # The hyper-parameters every encoder/decoder layer and stack takes, in the order of
@@ -79,7 +80,8 @@ class TransformerBlock(keras.layers.Layer):
 
     def layer_norm(self, name: str) -> keras.layers.LayerNormalization:
         return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy
+            epsilon=self.layer_norm_epsilon, name=name,
+            dtype=normalization_policy(self.dtype_policy),
         )
 
     def dropout_layer(self) -> Dropout:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.precision import normalization_policy
 
 LAYER_NORM_EPSILON = 1e-6
 
@@ -63,7 +64,7 @@ class AddNorm(keras.layers.Layer):
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
         self.norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="norm", dtype=self.dtype_policy
+            epsilon=layer_norm_epsilon, name="norm", dtype=normalization_policy(self.dtype_policy)
         )
         self.sublayer_dropout = Dropout(dropout, dtype=self.dtype_policy)
 
