@@ -45,7 +45,7 @@ demo: venv
 	$(PY) -m keras_transformer demo
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 lint: venv
 	$(VENV)/bin/ruff check keras_transformer serving tests bench notebooks
