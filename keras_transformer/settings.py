@@ -38,7 +38,8 @@ class TrainingSettings:
         eval_every: with `steps`, every this many optimizer steps (a multiple of `save_every`)
             also translate `eval_sentences` validation sentences greedily and score them with
             sacreBLEU; the best model is then the one with the best BLEU.
-        eval_sentences: how many validation sentences (the first ones) `eval_every` translates.
+        eval_sentences: how many validation sentences (the first ones) `eval_every` and
+            `tune_decoding` translate.
         patience: stop after this many evaluations (BLEU with `eval_every`, else validation
             loss) without improvement; None never stops early.
         batch_size: sentence pairs per step, over all replicas and workers.
@@ -64,10 +65,10 @@ class TrainingSettings:
         average_checkpoints: at the end, average the weights of this many last epochs (or saved
             step checkpoints) and keep the average if it validates better than the best one
             (1: no averaging).
-        tune_decoding: with `eval_every`, at the end choose the kept model (the best save or the
-            checkpoint average) and the length-penalty exponent by beam-search BLEU (the default
-            beam) on the `eval_sentences`, over `LENGTH_PENALTY_GRID`; the chosen alpha becomes
-            the run's default for translate, evaluate and export.
+        tune_decoding: at the end choose the kept model (the best save or the checkpoint
+            average) and the length-penalty exponent by beam-search BLEU (the default beam) on
+            the first `eval_sentences` validation sentences, over `LENGTH_PENALTY_GRID`; the
+            chosen alpha becomes the run's default for translate, evaluate and export.
     """
 
     source_file: str | None = None
@@ -131,8 +132,6 @@ class TrainingSettings:
                 f"eval_every ({self.eval_every}) must be a multiple of save_every "
                 f"({self.save_every})"
             )
-        if self.tune_decoding is True and self.eval_every is None:
-            raise ValueError("tune_decoding needs eval_every (it scores the eval_sentences)")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         _check_positive_number("learning_rate_scale", self.learning_rate_scale)

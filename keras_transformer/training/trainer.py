@@ -375,18 +375,18 @@ def train(
     patch_for_strategy(model, strategy)
     print(f"Model: {model.count_params():,} parameters.", flush=True)
 
+    count = settings.eval_sentences
+    sample = dict(sources=val_corpus.sources[:count], references=val_corpus.targets[:count],
+                  lowercase=settings.lower_case)
     bleu = search = None
     if settings.eval_every is not None:
-        count = settings.eval_sentences
-        sample = dict(sources=val_corpus.sources[:count], references=val_corpus.targets[:count],
-                      lowercase=settings.lower_case)
         bleu = BleuScorer(model, source_tokenizer, target_tokenizer, **sample)
-        if settings.tune_decoding:
-            search = LengthPenaltySearch(
-                BleuScorer(model, source_tokenizer, target_tokenizer, **sample,
-                           beam_width=DEFAULT_BEAM_WIDTH),
-                LENGTH_PENALTY_GRID,
-            )
+    if settings.tune_decoding:
+        search = LengthPenaltySearch(
+            BleuScorer(model, source_tokenizer, target_tokenizer, **sample,
+                       beam_width=DEFAULT_BEAM_WIDTH),
+            LENGTH_PENALTY_GRID,
+        )
     previous = read_history(paths.root) if resuming else {}
     extra = list(callbacks or [])
     if chief:

@@ -276,8 +276,10 @@ def test_patience_stops_a_run_whose_bleu_does_not_improve(
 def test_tune_decoding_chooses_the_kept_model_and_alpha_by_beam_bleu(
     trained_run_dir, trained_run_config, tmp_path, capsys
 ):
+    # No eval_every: the best save is the best by validation loss, and the final choice still
+    # scores the first eval_sentences validation sentences by beam search.
     settings = TrainingSettings(
-        **files_of(trained_run_dir), steps=20, save_every=5, eval_every=10, eval_sentences=12,
+        **files_of(trained_run_dir), steps=10, save_every=5, eval_sentences=8,
         batch_tokens=600, warmup_steps=10, vocab_size=150, average_checkpoints=2,
         tune_decoding=True,
     )
@@ -289,22 +291,24 @@ def test_tune_decoding_chooses_the_kept_model_and_alpha_by_beam_bleu(
     # Every alpha of the grid is scored, as a beam scorer of the kept model scores it.
     val = read_parallel_files(settings.val_source_file, settings.val_target_file)
 
-    def beam_bleu(first, last, alpha):
+    def beam_scorer(first, last):
         return BleuScorer(run.model, run.source_tokenizer, run.target_tokenizer,
                           val.sources[first:last], val.targets[first:last],
-                          beam_width=DEFAULT_BEAM_WIDTH)(alpha)
+                          beam_width=DEFAULT_BEAM_WIDTH)
 
     scores = {float(alpha): score for alpha, score in decoding["bleu_by_alpha"].items()}
     assert list(scores) == list(LENGTH_PENALTY_GRID)
+    chosen_on = beam_scorer(0, 8)
     for alpha in (LENGTH_PENALTY_GRID[0], LENGTH_PENALTY_GRID[-1], decoding["alpha"]):
-        assert scores[alpha] == pytest.approx(beam_bleu(0, 12, alpha), abs=1e-6)
+        assert scores[alpha] == pytest.approx(chosen_on(alpha), abs=1e-6)
     best = max(scores.values())
     assert decoding["alpha"] == min(alpha for alpha, score in scores.items() if score == best)
-    assert decoding["chosen_on"] == 12
-    assert decoding["beam_bleu"] == pytest.approx(beam_bleu(0, None, decoding["alpha"]), abs=1e-6)
-    assert decoding["beam_bleu_unseen"] == pytest.approx(
-        beam_bleu(12, None, decoding["alpha"]), abs=1e-6)
-    assert f"alpha {decoding['alpha']} (chosen on 12 validation sentences)" in printed
+    assert decoding["chosen_on"] == 8
+    assert decoding["beam_bleu"] == pytest.approx(beam_scorer(0, None)(decoding["alpha"]),
+                                                  abs=1e-6)
+    assert decoding["beam_bleu_unseen"] == pytest.approx(beam_scorer(8, None)(decoding["alpha"]),
+                                                         abs=1e-6)
+    assert f"alpha {decoding['alpha']} (chosen on 8 validation sentences)" in printed
 
 
 class Recorder(keras.callbacks.Callback):
