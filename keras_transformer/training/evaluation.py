@@ -60,7 +60,6 @@ class BleuScorer:
             model, source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
             beam_width=beam_width,
         )
-        self.beam_width = beam_width
         self.sources = list(sources)
         self.references = list(references)
         self.lowercase = lowercase
@@ -74,11 +73,11 @@ class BleuScorer:
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             text = tf.constant([sentences[i] for i in chunk])
-            if self.beam_width == 1:
+            if self.translator.beam_width == 1:
                 outputs = self.translator.translate(text)
             else:
                 outputs = self.translator.translate_with_options(
-                    text, tf.constant(self.beam_width), tf.constant(alpha, tf.float32)
+                    text, tf.constant(self.translator.beam_width), tf.constant(alpha, tf.float32)
                 )
             for index, text in zip(chunk, outputs["translation"].numpy(), strict=True):
                 translations[index] = text.decode("utf-8")
@@ -108,10 +107,11 @@ class LengthPenaltySearch:
     """
 
     def __init__(self, scorer: BleuScorer, alphas: Sequence[float]):
-        if scorer.beam_width < 2 or not alphas:
+        if scorer.translator.beam_width < 2 or not alphas:
             raise ValueError(
                 "a length-penalty search needs a beam search (beam_width >= 2) and at least "
-                f"one alpha, got beam_width {scorer.beam_width} and alphas {list(alphas)}"
+                f"one alpha, got beam_width {scorer.translator.beam_width} and alphas "
+                f"{list(alphas)}"
             )
         self.scorer = scorer
         self.alphas = tuple(float(alpha) for alpha in alphas)
