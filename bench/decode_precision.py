@@ -3,7 +3,7 @@
 Under `mixed_bfloat16` every layer keeps float32 variables and casts them at each call, so a
 decoding loop casts every kernel and the embedding matrix once per generated token. Exports and
 run translators decode with a copy whose variables are stored in bfloat16 instead
-(`keras_transformer.inference.precision.compute_dtype_copy`). This times the three on the same
+(`keras_transformer.inference.compute_dtype.compute_dtype_copy`). This times the three on the same
 random-weight model of the `multi30k_small` shape (d_model 128, 3+3 layers, 4 heads, d_ff 512,
 a shared tied vocabulary of 8,000), greedy and beam 4 at batch 1 and 32, each decoding traced
 once in `tf.function` and timed in alternating rounds (best round per variant), a fixed number of
@@ -25,8 +25,8 @@ import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer.inference import SequenceDecoder
+from keras_transformer.inference.compute_dtype import compute_dtype_copy
 from keras_transformer.inference.defaults import DEFAULT_BEAM_WIDTH
-from keras_transformer.inference.precision import compute_dtype_copy
 from keras_transformer.training.trainer import dtype_policy
 
 START, END = 2, 3

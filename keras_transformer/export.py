@@ -18,8 +18,8 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
-from keras_transformer.inference.precision import compute_dtype_copy
+from keras_transformer.inference.compute_dtype import compute_dtype_copy
+from keras_transformer.inference.defaults import decoding_options
 from keras_transformer.inference.translator import (
     SERVING_SIGNATURE,
     TOKENS_SIGNATURE,
@@ -169,8 +169,8 @@ def export_run(
         run_dir: a run directory written by `keras-transformer train`.
         base_dir, version, warmup_sentences: see `export_translator`.
         beam_width, alpha, max_length: decoding options baked into the export (see
-            `Translator`); an unset `beam_width` or `alpha` is the one the run chose on
-            validation (`tune_decoding`), else the library's default.
+            `Translator`); with neither `beam_width` nor `alpha`, the ones the run chose on
+            validation (`tune_decoding`), and the library's defaults for what is still unset.
 
     A mixed-precision model is exported with its weights in its compute dtype
     (`compute_dtype_copy`): the same translations, without casting every weight at every
@@ -180,13 +180,13 @@ def export_run(
         the version directory, with the run's model card (`model_card.run_card`).
     """
     run = load_run(run_dir, compile=False)
-    chosen = {"beam_width": DEFAULT_BEAM_WIDTH, "alpha": DEFAULT_ALPHA, **run.decoding}
+    beam_width, alpha = decoding_options(beam_width, alpha, run.decoding)
     translator = Translator(
         compute_dtype_copy(run.model),
         run.source_tokenizer,
         run.target_tokenizer,
-        beam_width=chosen["beam_width"] if beam_width is None else beam_width,
-        alpha=chosen["alpha"] if alpha is None else alpha,
+        beam_width=beam_width,
+        alpha=alpha,
         max_length=max_length,
     )
     return export_translator(

@@ -26,13 +26,13 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument(
         "--beam", type=int,
-        help="beam width, 1 = greedy (default: the run's chosen on validation, else "
-        f"{DEFAULT_BEAM_WIDTH})",
+        help="beam width, 1 = greedy (default: the run's chosen on validation if --alpha is "
+        f"not given either, else {DEFAULT_BEAM_WIDTH})",
     )
     parser.add_argument(
         "--alpha", type=float,
-        help="length-penalty exponent (default: the run's chosen on validation, else "
-        f"{DEFAULT_ALPHA})",
+        help="length-penalty exponent (default: the run's chosen on validation if --beam is "
+        f"not given either, else {DEFAULT_ALPHA})",
     )
     parser.add_argument(
         "--max-length", type=int,

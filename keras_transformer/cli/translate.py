@@ -46,17 +46,15 @@ def _text(value) -> str:
 def server_translate(args: argparse.Namespace):
     """`translate(sentences)` through `serving.client`; with --beam/--alpha it calls the
     `translate_with_options` signature."""
-    from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
+    from keras_transformer.inference.defaults import decoding_options
     from keras_transformer.inference.translator import OPTIONS_SIGNATURE
     from serving.client import client_for_url
 
     if args.beam is None and args.alpha is None:
         return client_for_url(args.server, args.model_name).translate
     client = client_for_url(args.server, args.model_name, signature_name=OPTIONS_SIGNATURE)
-    options = dict(
-        beam_width=DEFAULT_BEAM_WIDTH if args.beam is None else args.beam,
-        alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha,
-    )
+    beam_width, alpha = decoding_options(args.beam, args.alpha)
+    options = dict(beam_width=beam_width, alpha=alpha)
 
     def translate(sentences):
         outputs = client.predict({"text": list(sentences), **options})

@@ -1,7 +1,7 @@
 """Decoding defaults, in one place for the library, the exports and the command line.
 
-Plain numbers with no imports, so that the command line can show them in `--help` without
-loading TensorFlow.
+Plain values and one pure function with no imports, so that the command line can show them in
+`--help` without loading TensorFlow.
 """
 
 # Beam width when none is asked for: the paper's (section 6.1).
@@ -14,3 +14,17 @@ LENGTH_PENALTY_GRID = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)
 DEFAULT_EXTRA_LENGTH = 50
 # Widest beam a request may ask an export's `translate_with_options` for (cost grows linearly).
 MAX_BEAM_WIDTH = 16
+
+
+def decoding_options(
+    beam_width: int | None, alpha: float | None, own: dict | None = None
+) -> tuple[int, float]:
+    """The `(beam_width, alpha)` to decode with.
+
+    With neither option given, a model's own decoding (`own`: `{"beam_width", "alpha"}`, such
+    as what a run chose on validation) fills both; whatever is still unset takes the defaults.
+    """
+    if beam_width is None and alpha is None and own:
+        beam_width, alpha = own.get("beam_width"), own.get("alpha")
+    return (DEFAULT_BEAM_WIDTH if beam_width is None else int(beam_width),
+            DEFAULT_ALPHA if alpha is None else float(alpha))

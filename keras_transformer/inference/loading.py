@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.inference.defaults import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
-from keras_transformer.inference.precision import compute_dtype_copy
+from keras_transformer.inference.compute_dtype import compute_dtype_copy
+from keras_transformer.inference.defaults import decoding_options
 from keras_transformer.inference.translator import (
     ATTENTION_SIGNATURE,
     OPTIONS_SIGNATURE,
@@ -170,12 +170,7 @@ class RunTranslator(LoadedTranslator):
         self._translators: dict[tuple[int, float], Translator] = {}
 
     def _translator(self, beam_width: int | None, alpha: float | None) -> Translator:
-        if beam_width is None and alpha is None:
-            beam_width, alpha = self.run.decoding.get("beam_width"), self.run.decoding.get("alpha")
-        key = (
-            DEFAULT_BEAM_WIDTH if beam_width is None else int(beam_width),
-            DEFAULT_ALPHA if alpha is None else float(alpha),
-        )
+        key = decoding_options(beam_width, alpha, self.run.decoding)
         if key not in self._translators:
             self._translators[key] = Translator(
                 self.model,
@@ -210,10 +205,8 @@ class ExportTranslator(LoadedTranslator):
             signature = self.loaded.signatures[SERVING_SIGNATURE]
             return lambda text: signature(text=text)
         signature = self.loaded.signatures[OPTIONS_SIGNATURE]
-        options = dict(
-            beam_width=tf.constant(DEFAULT_BEAM_WIDTH if beam_width is None else beam_width),
-            alpha=tf.constant(DEFAULT_ALPHA if alpha is None else alpha, tf.float32),
-        )
+        beam_width, alpha = decoding_options(beam_width, alpha)
+        options = dict(beam_width=tf.constant(beam_width), alpha=tf.constant(alpha, tf.float32))
         return lambda text: signature(text=text, **options)
 
     def _attention_function(self):

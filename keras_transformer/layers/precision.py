@@ -12,7 +12,7 @@ def normalization_policy(policy: keras.DTypePolicy) -> keras.DTypePolicy:
     half-precision policy becomes the mixed one (`"bfloat16"` -> `"mixed_bfloat16"`).
 
     Keras' layer normalization keeps float32 scale and offset under a mixed policy; with this,
-    a model stored in its compute dtype (`inference.precision.compute_dtype_copy`) normalizes
+    a model stored in its compute dtype (`inference.compute_dtype.compute_dtype_copy`) normalizes
     exactly as its mixed-precision original.
     """
     if policy.compute_dtype in _HALF_PRECISION and policy.variable_dtype == policy.compute_dtype:

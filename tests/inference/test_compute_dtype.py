@@ -8,9 +8,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
+from keras_transformer.inference.compute_dtype import compute_dtype_copy
 from keras_transformer.inference.decoding import SequenceDecoder
-from keras_transformer.inference.precision import compute_dtype_copy
-from keras_transformer.layers.precision import normalization_policy
 from keras_transformer.text.tokenizer import RESERVED_TOKENS
 from keras_transformer.training.trainer import dtype_policy
 
@@ -61,11 +60,3 @@ def test_the_copy_computes_exactly_what_the_mixed_model_does(changes):
 def test_a_model_of_one_dtype_is_returned_as_it_is():
     model = build_transformer(CONFIG)
     assert compute_dtype_copy(model) is model
-
-
-@pytest.mark.parametrize("policy, expected", [
-    ("bfloat16", "mixed_bfloat16"), ("float16", "mixed_float16"),
-    ("mixed_bfloat16", "mixed_bfloat16"), ("float32", "float32"),
-])
-def test_layer_normalization_keeps_float32_variables_under_half_precision(policy, expected):
-    assert normalization_policy(keras.DTypePolicy(policy)).name == expected

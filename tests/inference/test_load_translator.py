@@ -136,6 +136,6 @@ def test_the_decoding_a_run_chose_is_the_default_of_its_translator_and_export(
     assert load_run(run_dir, compile=False).decoding == {"beam_width": 3, "alpha": 1.4}
     assert load_translator(run_dir).translate(sentences) == load_translator(
         trained_run_dir, beam_width=3, alpha=1.4).translate(sentences)
-    export_run(run_dir, tmp_path / "models", alpha=0.8)  # the run's beam width, this alpha
+    export_run(run_dir, tmp_path / "models")
     decoding = read_model_card(tmp_path / "models" / "1")["decoding"]
-    assert (decoding["beam_width"], decoding["alpha"]) == (3, 0.8)
+    assert (decoding["beam_width"], decoding["alpha"]) == (3, 1.4)
