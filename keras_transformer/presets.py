@@ -53,7 +53,7 @@ PRESETS = MappingProxyType({
         "shared_vocab": True, "vocab_size": 8000, "batch_tokens": 2048, "warmup_steps": 2000,
         "steps": 100_000, "save_every": 500, "eval_every": 1000, "eval_sentences": 500,
         "time_budget_minutes": 60, "mixed_precision": True, "average_checkpoints": 5,
-        "tune_decoding": True,
+        "tune_decoding": True, "cooldown_fraction": 0.2,
     }),
 })
 

@@ -51,6 +51,9 @@ class TrainingSettings:
             whole).
         warmup_steps: linear warm-up steps of the learning-rate schedule (section 5.3).
         learning_rate_scale: multiplier on the whole schedule.
+        cooldown_fraction: if set, the learning rate falls linearly to zero over this share of
+            the run at its end: of `steps`, or of the time budget (see `Cooldown`); None keeps
+            the paper's schedule to the end.
         seed: seeds weights, dropout and shuffling.
         time_budget_minutes: stop training (cleanly, after the current step) after this long.
         mixed_precision: compute in float16 (bfloat16 on CPU), keep variables in float32.
@@ -90,6 +93,7 @@ class TrainingSettings:
     shuffle_buffer: int = 100_000
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0
+    cooldown_fraction: float | None = None
     seed: int = 0
     time_budget_minutes: float | None = None
     mixed_precision: bool = False
@@ -137,11 +141,14 @@ class TrainingSettings:
         _check_positive_number("learning_rate_scale", self.learning_rate_scale)
         if self.time_budget_minutes is not None:
             _check_positive_number("time_budget_minutes", self.time_budget_minutes)
-        fraction = self.validation_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
-            0 < fraction < 1
-        ):
-            raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
+        _check_fraction("validation_fraction", self.validation_fraction)
+        if self.cooldown_fraction is not None:
+            _check_fraction("cooldown_fraction", self.cooldown_fraction)
+            if self.steps is None and self.time_budget_minutes is None:
+                raise ValueError(
+                    "cooldown_fraction needs steps or time_budget_minutes (the end of the run "
+                    "it cools down towards)"
+                )
         for name in ("mixed_precision", "jit_compile", "lower_case", "shared_vocab",
                      "tune_decoding"):
             if not isinstance(getattr(self, name), bool):
@@ -172,6 +179,11 @@ class TrainingSettings:
 def _check_positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_fraction(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}")
 
 
 def _check_positive_number(name: str, value) -> None:

@@ -50,6 +50,10 @@ def test_split_values_overrides_given_defaults():
         ('{"jit_compile": "yes"}', r"config.json: training setting jit_compile must be true"),
         ('{"validation_fraction": 1}', r"config.json: training setting validation_fraction"),
         ('{"eval_every": 10}', r"config.json: training setting eval_every needs steps"),
+        ('{"steps": 9, "cooldown_fraction": 1}',
+         r"config.json: training setting cooldown_fraction must be in \(0, 1\)"),
+        ('{"cooldown_fraction": 0.2}',
+         r"config.json: training setting cooldown_fraction needs steps or time_budget_minutes"),
         ('{"steps": 9, "save_every": 2, "eval_every": 3}',
          r"config.json: training setting eval_every \(3\) must be a multiple of save_every"),
         ('{"batch_tokens": 3, "accumulate_steps": 4}',
@@ -84,3 +88,4 @@ def test_shipped_multi30k_config_is_the_benchmarked_recipe():
     assert settings.time_budget_minutes == 60 and settings.mixed_precision
     assert (settings.batch_tokens, settings.save_every, settings.eval_every) == (2048, 500, 1000)
     assert settings.eval_sentences == 500 and settings.steps == 100_000
+    assert settings.cooldown_fraction == 0.2

@@ -50,7 +50,7 @@ FLAGS = DataclassFlags(
                                        "time_budget_minutes", "average_checkpoints",
                                        "tune_decoding"]),
         ("batching", ["batch_size", "batch_tokens", "accumulate_steps", "shuffle_buffer"]),
-        ("optimization", ["warmup_steps", "learning_rate_scale", "seed"]),
+        ("optimization", ["warmup_steps", "learning_rate_scale", "cooldown_fraction", "seed"]),
         ("hardware", ["mixed_precision", "jit_compile", "strategy"]),
     ),
 )

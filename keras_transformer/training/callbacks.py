@@ -1,5 +1,6 @@
-"""Callbacks of a training run: a wall-clock budget, a step limit, the best model, early
-stopping, throughput, the history / learning-curve writer and checkpoint averaging."""
+"""Callbacks of a training run: a wall-clock budget, a step limit, a learning-rate cooldown,
+the best model, early stopping, throughput, the history / learning-curve writer and checkpoint
+averaging."""
 
 from __future__ import annotations
 
@@ -80,6 +81,72 @@ class StepLimit(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if optimizer_step(self.model) >= self.steps:
             self.model.stop_training = True
+
+
+class Cooldown(keras.callbacks.Callback):
+    """Plans a `LinearCooldown`: the learning rate falls linearly to zero over the last
+    `fraction` of the run.
+
+    With `steps`, the cooldown is the last `fraction * steps` optimizer steps, planned when
+    training begins (the same on a resumed run). With a time budget of `minutes`, it begins once
+    `1 - fraction` of the budget has passed and lasts as many steps as the rest of the budget is
+    expected to take at the pace of this `fit` so far; `fit` stops when the rate reaches zero.
+    With both, the one that ends first is kept, unless the step-based cooldown has already
+    begun. Like `TimeBudget`, the budget counts from the start of `fit`, so a resumed run plans
+    its time-based cooldown afresh.
+
+    Args:
+        schedule: the optimizer's learning-rate schedule.
+        fraction: share of the run to cool down over, in (0, 1).
+        steps: total optimizer steps of the run, or None.
+        minutes: the run's time budget, or None.
+        agree: optional function mapping this process's "the cooldown is due" to the decision
+            of all workers (see `TimeBudget`); each then plans the same steps.
+    """
+
+    def __init__(self, schedule, fraction: float, *, steps: int | None = None,
+                 minutes: float | None = None, agree: Callable[[bool], bool] | None = None):
+        super().__init__()
+        if steps is None and minutes is None:
+            raise ValueError("a cooldown needs the run's steps or its time budget")
+        self.schedule = schedule
+        self.fraction = fraction
+        self.steps = steps
+        self.seconds = None if minutes is None else 60.0 * minutes
+        self.agree = agree
+        self._start = None
+        self._first_step = None
+        self._timed = False
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+        self._first_step = optimizer_step(self.model)
+        self._timed = self.seconds is None
+        if self.steps is None:
+            self.schedule.plan(None)
+        else:
+            self.schedule.plan(self.steps, max(1, round(self.fraction * self.steps)))
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = optimizer_step(self.model)
+        end = self.schedule.end
+        if end is not None and step >= end:
+            self.model.stop_training = True
+            return
+        if self._timed:
+            return
+        due = time.monotonic() - self._start >= (1.0 - self.fraction) * self.seconds
+        if self.agree is not None:
+            due = self.agree(due)
+        if not due:
+            return
+        self._timed = True
+        length = max(1, round((step - self._first_step) * self.fraction / (1.0 - self.fraction)))
+        if end is None or (step + length < end and step < self.schedule.start):
+            self.schedule.plan(step + length, length)
+            print(f"\nCooldown: the learning rate falls to zero over steps {step} to "
+                  f"{step + length} (the last {self.fraction:.0%} of the time budget).",
+                  flush=True)
 
 
 def _better(mode: str) -> Callable[[float, float], bool]:

@@ -34,6 +34,7 @@ from keras_transformer.training.accumulation import TokenWeightedSteps
 from keras_transformer.training.callbacks import (
     BestModel,
     CheckpointAverage,
+    Cooldown,
     FirstStep,
     HistoryWriter,
     Patience,
@@ -66,7 +67,7 @@ from keras_transformer.training.inputs import (
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedAccuracy
 from keras_transformer.training.run_info import RunInfo
-from keras_transformer.training.schedules import TransformerSchedule
+from keras_transformer.training.schedules import LinearCooldown, TransformerSchedule
 
 # Settings that may change when an interrupted run is resumed; anything else would make the
 # backed-up weights or the vocabularies mean something else.
@@ -80,18 +81,26 @@ CHECKPOINTS = "checkpoints"
 
 def compile_model(
     model: keras.Model, config: TransformerConfig, settings: TrainingSettings
-) -> None:
+) -> keras.optimizers.schedules.LearningRateSchedule:
     """Adam(0.9, 0.98, 1e-9) on the warm-up schedule, label-smoothed masked loss, masked
-    accuracy (section 5.3 and 5.4 of the paper)."""
+    accuracy (section 5.3 and 5.4 of the paper).
+
+    Returns:
+        the learning-rate schedule: `TransformerSchedule`, wrapped in a `LinearCooldown` (for
+        the `Cooldown` callback to plan) with `settings.cooldown_fraction`.
+    """
     schedule = TransformerSchedule(
         config.d_model, settings.warmup_steps, settings.learning_rate_scale
     )
+    if settings.cooldown_fraction is not None:
+        schedule = LinearCooldown(schedule)
     model.compile(
         optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=config.label_smoothing),
         metrics=[MaskedAccuracy()],
         jit_compile=settings.jit_compile,
     )
+    return schedule
 
 
 @contextlib.contextmanager
@@ -160,6 +169,7 @@ def _callbacks(
     paths: RunPaths,
     strategy: tf.distribute.Strategy,
     token_steps: TokenWeightedSteps,
+    schedule: keras.optimizers.schedules.LearningRateSchedule,
     val_data: tf.data.Dataset,
     bleu: BleuScorer | None,
     search: LengthPenaltySearch | None,
@@ -168,7 +178,8 @@ def _callbacks(
     extra: list[keras.callbacks.Callback],
 ) -> list[keras.callbacks.Callback]:
     """The run's callbacks, in the order they must see each epoch's logs (`start`: when the
-    run started, by `time.monotonic()`; `search`: with `tune_decoding`, what the checkpoint
+    run started, by `time.monotonic()`; `schedule`: the optimizer's, which `Cooldown` plans with
+    `cooldown_fraction`; `search`: with `tune_decoding`, what the checkpoint
     average and the best save are compared by; `extra`: the caller's own, and the chief's
     run-info writer)."""
     chief = is_chief(strategy)
@@ -183,6 +194,9 @@ def _callbacks(
         callbacks.append(StepLimit(settings.steps))
     if settings.time_budget_minutes is not None:
         callbacks.append(TimeBudget(settings.time_budget_minutes, agree=agree))
+    if settings.cooldown_fraction is not None:
+        callbacks.append(Cooldown(schedule, settings.cooldown_fraction, steps=settings.steps,
+                                  minutes=settings.time_budget_minutes, agree=agree))
     if bleu is not None:
         every = settings.eval_every // settings.checkpoint_interval
         callbacks.append(BleuEvaluation(bleu, every))
@@ -368,7 +382,7 @@ def train(
 
     with strategy.scope(), dtype_policy(settings.mixed_precision):
         model = build_transformer(config)
-        compile_model(model, config, settings)
+        schedule = compile_model(model, config, settings)
         token_steps = TokenWeightedSteps(model, settings.accumulate_steps,
                                          trim=not settings.jit_compile)
     token_steps.install()
@@ -391,8 +405,8 @@ def train(
     extra = list(callbacks or [])
     if chief:
         extra.append(run_info.callback())
-    fit_callbacks = _callbacks(settings, paths, strategy, token_steps, val_data, bleu, search,
-                               previous, start, extra)
+    fit_callbacks = _callbacks(settings, paths, strategy, token_steps, schedule, val_data, bleu,
+                               search, previous, start, extra)
     epochs, steps_per_epoch = fit_length(settings)
     with unknown_dataset_lengths():
         history = model.fit(

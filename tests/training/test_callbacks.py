@@ -1,4 +1,4 @@
-"""Time budget, step limit, patience, throughput, history / learning-curve and
+"""Time budget, step limit, cooldown, patience, throughput, history / learning-curve and
 checkpoint-averaging callbacks."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import tensorflow as tf
 from keras_transformer.training.callbacks import (
     BestModel,
     CheckpointAverage,
+    Cooldown,
     HistoryWriter,
     Patience,
     StepLimit,
@@ -20,6 +21,8 @@ from keras_transformer.training.callbacks import (
     TimeBudget,
     learning_curve,
 )
+from keras_transformer.training import callbacks as callbacks_module
+from keras_transformer.training.schedules import LinearCooldown, TransformerSchedule
 
 
 class StepCounter(keras.callbacks.Callback):
@@ -361,3 +364,76 @@ def test_best_model_saves_improvements_only_and_skips_epochs_without_the_monitor
     resumed = Record(tmp_path / "again.keras", "val_bleu", mode="max", best=6.0)
     fit_with([ScriptedLogs([5.0, 6.0, 6.5]), resumed], epochs=3, steps=1)
     assert saved[2:] == [3]
+
+
+class SteppedClock(keras.callbacks.Callback):
+    """A clock for the callbacks module that advances `seconds` with each training step, and
+    the learning rate of each optimizer iteration, read after the step before it."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+        self.now = 0.0
+        self.rates = {}
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.now += self.seconds
+        iteration = int(self.model.optimizer.iterations.numpy())
+        self.rates[iteration] = float(self.model.optimizer.learning_rate.numpy())
+
+
+def fit_cooling(monkeypatch, *, fraction, steps=None, minutes=None, agree=None,
+                seconds_per_step=5.0):
+    """Fits 2 epochs of 10 steps with SGD on a `LinearCooldown` that `Cooldown` plans; returns
+    the steps taken, the schedule and the learning rate of every iteration after the first."""
+    clock = SteppedClock(seconds_per_step)
+    monkeypatch.setattr(callbacks_module, "time", clock)
+    schedule = LinearCooldown(TransformerSchedule(d_model=16, warmup_steps=2))
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(schedule), "mse")
+    cooldown = Cooldown(schedule, fraction, steps=steps, minutes=minutes, agree=agree)
+    counter = StepCounter()
+    x, y = np.ones((20, 3), "float32"), np.zeros((20, 1), "float32")
+    model.fit(x, y, batch_size=2, epochs=2, callbacks=[clock, cooldown, counter], verbose=0)
+    return counter.steps, schedule, clock.rates
+
+
+def factors(schedule, rates):
+    return {i: rate / float(schedule.schedule(i)) for i, rate in sorted(rates.items())}
+
+
+def test_a_step_cooldown_ends_the_run_at_zero_learning_rate(monkeypatch):
+    steps, schedule, rates = fit_cooling(monkeypatch, fraction=0.25, steps=12)
+    assert steps == 12  # the cooldown stops fit itself, inside the second epoch
+    assert (schedule.start, schedule.end) == (9, 12)
+    assert factors(schedule, rates) == pytest.approx(
+        {**{i: 1.0 for i in range(1, 10)}, 10: 2 / 3, 11: 1 / 3, 12: 0.0})
+
+
+def test_a_time_cooldown_lasts_the_rest_of_the_budget_at_the_pace_so_far(monkeypatch, capsys):
+    # 5 s a step, 60 s budget: at 45 s (after step 9) the last quarter begins; 9 steps in 45 s
+    # say that the remaining 15 s hold 3 steps.
+    steps, schedule, rates = fit_cooling(monkeypatch, fraction=0.25, minutes=1.0)
+    assert (schedule.start, schedule.end) == (9, 12)
+    assert steps == 12
+    assert factors(schedule, rates)[11] == pytest.approx(1 / 3)
+    assert "falls to zero over steps 9 to 12" in capsys.readouterr().out
+
+
+def test_the_earlier_end_of_steps_and_time_budget_wins(monkeypatch):
+    # steps=100 would cool from step 75: the time budget ends first and is planned instead.
+    _, schedule, _ = fit_cooling(monkeypatch, fraction=0.25, steps=100, minutes=1.0)
+    assert (schedule.start, schedule.end) == (9, 12)
+    # steps=10 cools from step 8 (round(2.5) == 2) and ends before the budget's step 12.
+    steps, schedule, _ = fit_cooling(monkeypatch, fraction=0.25, steps=10, minutes=1.0)
+    assert (schedule.start, schedule.end, steps) == (8, 10, 10)
+
+
+def test_a_time_cooldown_follows_the_workers_agreement(monkeypatch):
+    steps, schedule, rates = fit_cooling(monkeypatch, fraction=0.25, minutes=1.0,
+                                         agree=lambda due: False)
+    assert steps == 20 and schedule.end is None
+    assert list(factors(schedule, rates).values()) == pytest.approx([1.0] * 20)

@@ -1,5 +1,6 @@
 """`train`: a tiny model learns the demo task; held-out validation; resuming is guarded and
-reshuffles; token batches; step-based runs with BLEU evaluation and early stopping."""
+reshuffles; token batches; step-based runs with BLEU evaluation, early stopping and a
+learning-rate cooldown."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from keras_transformer.training.inputs import (
     training_pairs,
     vocabulary_sample,
 )
+from keras_transformer.training.schedules import LinearCooldown, TransformerSchedule
 from keras_transformer.training.trainer import dtype_policy, train
 
 
@@ -344,3 +346,29 @@ def test_user_callbacks_are_called_with_the_runs_logs(trained_run_dir, tiny_conf
     assert [logs["step"] for logs in recorder.epoch_logs] == [3, 6]
     for name in ("loss", "val_loss", "target_tokens_per_second"):
         assert [logs[name] for logs in recorder.epoch_logs] == pytest.approx(run.history[name])
+
+
+class LearningRates(keras.callbacks.Callback):
+    """The learning rate of each optimizer iteration, read after the step before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.rates = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        self.rates[int(optimizer.iterations.numpy())] = float(optimizer.learning_rate.numpy())
+
+
+def test_cooldown_fraction_cools_the_last_steps_to_zero(trained_run_dir, tiny_config, tmp_path):
+    rates = LearningRates()
+    settings = TrainingSettings(**files_of(trained_run_dir), steps=8, save_every=4,
+                                warmup_steps=2, cooldown_fraction=0.5)
+    train(tiny_config, settings, tmp_path / "run", callbacks=[rates], verbose=0)
+    paper = TransformerSchedule(tiny_config.d_model, warmup_steps=2)
+    factors = [rates.rates[i] / float(paper(i)) for i in range(1, 9)]
+    assert factors == pytest.approx([1, 1, 1, 1, 3 / 4, 2 / 4, 1 / 4, 0])
+    # The saved model's optimizer carries the planned schedule.
+    optimizer = load_run(tmp_path / "run").model.optimizer
+    schedule = keras.saving.deserialize_keras_object(optimizer.get_config()["learning_rate"])
+    assert isinstance(schedule, LinearCooldown) and (schedule.start, schedule.end) == (4, 8)
