@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.training import callbacks as callbacks_module
 from keras_transformer.training.callbacks import (
     BestModel,
     CheckpointAverage,
@@ -21,7 +22,6 @@ from keras_transformer.training.callbacks import (
     TimeBudget,
     learning_curve,
 )
-from keras_transformer.training import callbacks as callbacks_module
 from keras_transformer.training.schedules import LinearCooldown, TransformerSchedule
 
 
