@@ -248,9 +248,11 @@ class Patience(keras.callbacks.Callback):
 
 
 class Throughput(keras.callbacks.Callback):
-    """Adds the optimizer step and the real tokens trained on per second to every epoch's logs.
+    """Adds the optimizer step, its learning rate and the real tokens trained on per second to
+    every epoch's logs.
 
-    Logs `step` (optimizer updates so far), `source_tokens_per_second` and
+    Logs `step` (optimizer updates so far), `learning_rate` (of the next update),
+    `source_tokens_per_second` and
     `target_tokens_per_second`: non-padding tokens over the training time of the epoch (the
     save interval of a step-based run), validation excluded. Put it first, so that history,
     TensorBoard and the progress bar get the numbers.
@@ -278,6 +280,7 @@ class Throughput(keras.callbacks.Callback):
         if logs is None:
             return
         logs["step"] = optimizer_step(self.model)
+        logs["learning_rate"] = float(self.model.optimizer.learning_rate.numpy())
         seconds = max(self._end - self._start, 1e-9)
         for side, counter in self.counters.items():
             logs[f"{side}_tokens_per_second"] = float(counter.result()) / seconds
@@ -285,7 +288,8 @@ class Throughput(keras.callbacks.Callback):
 
 def learning_curve(history: dict) -> Figure:
     """`plot_learning_curve` against the optimizer step (when the history has one), with the
-    validation BLEU on a second axis of the loss panel (when it has one)."""
+    validation BLEU on a second axis of the loss panel and the learning rate on a second axis of
+    the accuracy panel (each when the history has it)."""
     steps = history.get("step") or []
     by_step = len(steps) == len(history.get("epoch", [])) and None not in steps
     figure = plot_learning_curve({**history, "epoch": steps} if by_step else history)
@@ -301,6 +305,14 @@ def learning_curve(history: dict) -> Figure:
                   label="validation BLEU")
         axes.set(ylabel="BLEU", ylim=(0, None))
         axes.legend(loc="best")
+    rates = [(x, value) for x, value in zip(positions, history.get("learning_rate", []),
+                                            strict=False) if value is not None]
+    if rates:
+        axes = figure.axes[1].twinx()
+        axes.plot(*zip(*rates, strict=True), color="tab:gray", linestyle="--",
+                  label="learning rate")
+        axes.set(ylabel="learning rate", ylim=(0, None))
+        axes.legend(loc="lower center")
     return figure
 
 

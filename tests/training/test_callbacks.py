@@ -303,7 +303,7 @@ class CountTokens(keras.callbacks.Callback):
         self.target.update_state(30.0)
 
 
-def test_throughput_logs_the_step_and_tokens_per_second_of_each_epoch():
+def test_throughput_logs_the_step_learning_rate_and_tokens_per_second_of_each_epoch():
     source, target = keras.metrics.Sum(), keras.metrics.Sum()
     logged = []
 
@@ -314,6 +314,7 @@ def test_throughput_logs_the_step_and_tokens_per_second_of_each_epoch():
     callbacks = [Throughput(source, target), CountTokens(source, target), Keep()]
     fit_with(callbacks, epochs=2, steps=10)
     assert [logs["step"] for logs in logged] == [10, 20]
+    assert [logs["learning_rate"] for logs in logged] == pytest.approx([0.01, 0.01])  # SGD's
     for logs in logged:
         assert logs["source_tokens_per_second"] > 0
         ratio = logs["target_tokens_per_second"] / logs["source_tokens_per_second"]
@@ -331,11 +332,14 @@ def test_history_writer_writes_null_where_a_log_is_missing(tmp_path):
                        "val_bleu": [None, 12.5, None]}
 
 
-def test_learning_curve_plots_against_steps_with_bleu_on_a_second_axis():
+def test_learning_curve_plots_against_steps_with_bleu_and_learning_rate_on_second_axes():
     history = {"epoch": [1, 2, 3], "step": [5, 10, 15], "loss": [2.0, 1.5, 1.0],
-               "val_loss": [2.1, 1.7, 1.2], "val_bleu": [None, 12.5, 20.0]}
+               "val_loss": [2.1, 1.7, 1.2], "val_bleu": [None, 12.5, 20.0],
+               "learning_rate": [1e-3, 5e-4, 0.0]}
     figure = learning_curve(history)
-    loss_axes, _, bleu_axes = figure.axes
+    loss_axes, accuracy_axes, bleu_axes, rate_axes = figure.axes
+    assert rate_axes.bbox.bounds == accuracy_axes.bbox.bounds
+    assert list(rate_axes.lines[0].get_ydata()) == [1e-3, 5e-4, 0.0]
     assert loss_axes.get_xlabel() == "optimizer step"
     assert list(loss_axes.lines[0].get_xdata()) == [5, 10, 15]
     assert list(bleu_axes.lines[0].get_xdata()) == [10, 15]
