@@ -304,7 +304,7 @@ def learning_curve(history: dict) -> Figure:
         axes.plot(*zip(*bleu, strict=True), marker="s", color="tab:green",
                   label="validation BLEU")
         axes.set(ylabel="BLEU", ylim=(0, None))
-        axes.legend(loc="best")
+        axes.legend(loc="center right")
     rates = [(x, value) for x, value in zip(positions, history.get("learning_rate", []),
                                             strict=False) if value is not None]
     if rates:
