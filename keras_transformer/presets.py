@@ -45,7 +45,8 @@ PRESETS = MappingProxyType({
     # What 2 CPU cores train in an hour on Multi30k (d_model 128, 3+3 layers, one 8,000-piece
     # vocabulary and one embedding matrix, bfloat16, about 2,048 target tokens per step, greedy
     # BLEU on 500 validation sentences every 1,000 steps, the learning rate cooled to zero over
-    # the last 20% of the hour, the last 5 saves averaged); see the README's Performance section. `steps` is only a ceiling: the time budget ends the run.
+    # the last 20% of the hour, the last 5 saves averaged); see the README's Performance section.
+    # `steps` is only a ceiling: the time budget ends the run.
     "multi30k_small": MappingProxyType({
         "num_encoder_layers": 3, "num_decoder_layers": 3,
         "d_model": 128, "num_heads": 4, "d_ff": 512, "dropout": 0.15, "max_length": 128,

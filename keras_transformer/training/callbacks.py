@@ -120,12 +120,16 @@ class Cooldown(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._start = time.monotonic()
-        self._first_step = optimizer_step(self.model)
+        self._first_step = None  # read at the first epoch, once a backup has been restored
         self._timed = self.seconds is None
         if self.steps is None:
             self.schedule.plan(None)
         else:
             self.schedule.plan(self.steps, max(1, round(self.fraction * self.steps)))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._first_step is None:
+            self._first_step = optimizer_step(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
         step = optimizer_step(self.model)

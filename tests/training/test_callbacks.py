@@ -389,9 +389,21 @@ class SteppedClock(keras.callbacks.Callback):
         self.rates[iteration] = float(self.model.optimizer.learning_rate.numpy())
 
 
+class RestoreStep(keras.callbacks.Callback):
+    """Sets the optimizer's step when training begins, as `BackupAndRestore` does on a resume."""
+
+    def __init__(self, step: int):
+        super().__init__()
+        self.step = step
+
+    def on_train_begin(self, logs=None):
+        self.model.optimizer.iterations.assign(self.step)
+
+
 def fit_cooling(monkeypatch, *, fraction, steps=None, minutes=None, agree=None,
-                seconds_per_step=5.0):
-    """Fits 2 epochs of 10 steps with SGD on a `LinearCooldown` that `Cooldown` plans; returns
+                seconds_per_step=5.0, resumed_at=0):
+    """Fits 2 epochs of 10 steps with SGD on a `LinearCooldown` that `Cooldown` plans (from
+    optimizer step `resumed_at`, restored after `Cooldown` sees the training begin); returns
     the steps taken, the schedule and the learning rate of every iteration after the first."""
     clock = SteppedClock(seconds_per_step)
     monkeypatch.setattr(callbacks_module, "time", clock)
@@ -401,7 +413,8 @@ def fit_cooling(monkeypatch, *, fraction, steps=None, minutes=None, agree=None,
     cooldown = Cooldown(schedule, fraction, steps=steps, minutes=minutes, agree=agree)
     counter = StepCounter()
     x, y = np.ones((20, 3), "float32"), np.zeros((20, 1), "float32")
-    model.fit(x, y, batch_size=2, epochs=2, callbacks=[clock, cooldown, counter], verbose=0)
+    model.fit(x, y, batch_size=2, epochs=2,
+              callbacks=[clock, cooldown, RestoreStep(resumed_at), counter], verbose=0)
     return counter.steps, schedule, clock.rates
 
 
@@ -425,6 +438,12 @@ def test_a_time_cooldown_lasts_the_rest_of_the_budget_at_the_pace_so_far(monkeyp
     assert steps == 12
     assert factors(schedule, rates)[11] == pytest.approx(1 / 3)
     assert "falls to zero over steps 9 to 12" in capsys.readouterr().out
+
+
+def test_a_resumed_time_cooldown_counts_the_pace_from_the_restored_step(monkeypatch):
+    # Resumed at step 100: 9 steps in the first 45 s of this fit, 3 more in the last 15 s.
+    steps, schedule, _ = fit_cooling(monkeypatch, fraction=0.25, minutes=1.0, resumed_at=100)
+    assert (schedule.start, schedule.end, steps) == (109, 112, 12)
 
 
 def test_the_earlier_end_of_steps_and_time_budget_wins(monkeypatch):
