@@ -91,9 +91,8 @@ class Cooldown(keras.callbacks.Callback):
     training begins (the same on a resumed run). With a time budget of `minutes`, it begins once
     `1 - fraction` of the budget has passed and lasts as many steps as the rest of the budget is
     expected to take at the pace of this `fit` so far; `fit` stops when the rate reaches zero.
-    With both, the one that ends first is kept, unless the step-based cooldown has already
-    begun. Like `TimeBudget`, the budget counts from the start of `fit`, so a resumed run plans
-    its time-based cooldown afresh.
+    With both, the one that ends first is kept. Like `TimeBudget`, the budget counts from the
+    start of `fit`, so a resumed run plans its time-based cooldown afresh.
 
     Args:
         schedule: the optimizer's learning-rate schedule.
@@ -146,7 +145,7 @@ class Cooldown(keras.callbacks.Callback):
             return
         self._timed = True
         length = max(1, round((step - self._first_step) * self.fraction / (1.0 - self.fraction)))
-        if end is None or (step + length < end and step < self.schedule.start):
+        if end is None or step + length < end:
             self.schedule.plan(step + length, length)
             print(f"\nCooldown: the learning rate falls to zero over steps {step} to "
                   f"{step + length} (the last {self.fraction:.0%} of the time budget).",
