@@ -3,9 +3,10 @@
 The encoder runs once per source; the cross-attention keys/values of every decoder layer are
 computed once from its output (`Decoder.cross_attention_caches`); the self-attention keys/values
 grow by one position per generated token (`Decoder.initial_self_attention_caches` +
-`cache_index`), so each step costs one token's worth of decoder work. An uncached decoder,
-re-running the whole decoder on the prefix every step, is kept as the reference for tests and
-benchmarks.
+`cache_index`), so each step costs one token's worth of decoder work. Outside XLA a sentence
+leaves the loop the step it is finished (`drop_finished`), so the remaining steps of a batch cost
+only its unfinished sentences. An uncached decoder, re-running the whole decoder on the prefix
+every step, is kept as the reference for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class SequenceDecoder:
         return tf.nn.log_softmax(tf.where(self.banned_tokens, float("-inf"), logits), axis=-1)
 
     def _cached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
-        """Step function, initial state (self-attention caches) and state shapes for `search`.
+        """Step function, initial state (self-attention caches), state shapes and context
+        (cross-attention keys/values, source padding mask) for `search`.
 
         Outside XLA the caches hold exactly the positions decoded so far: each step appends one
         slot that the decoder fills, so attention, cache writes and beam reordering cost the
@@ -145,10 +147,10 @@ class SequenceDecoder:
         most sentences). XLA needs static shapes: there the caches are `buffer_length` long from
         the start, and the causal mask hides the slots not yet written.
         """
-        cross_caches = self.decoder.cross_attention_caches(encoder_output)
         grow = not under_xla()
 
-        def step_fn(tokens, step, caches):
+        def step_fn(tokens, step, caches, context):
+            cross_caches, source_padding_mask = context
             if grow:
                 caches = tf.nest.map_structure(lambda cache: tf.pad(cache, _ONE_MORE_SLOT), caches)
             embedded = self.target_embedding(tokens[:, None], start_position=step)
@@ -168,13 +170,15 @@ class SequenceDecoder:
             shapes = tf.nest.map_structure(
                 lambda cache: tf.TensorShape([*cache.shape[:2], None, cache.shape[3]]), caches
             )
-        return step_fn, caches, shapes
+        context = (self.decoder.cross_attention_caches(encoder_output), source_padding_mask)
+        return step_fn, caches, shapes, context
 
     def _uncached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
         """Step function re-running the decoder on the whole prefix; the state is the prefix
-        (its shape is fixed)."""
+        (its shape is fixed), the context the encoder output and source padding mask."""
 
-        def step_fn(tokens, step, prefix):
+        def step_fn(tokens, step, prefix, context):
+            encoder_output, source_padding_mask = context
             prefix = write_column(prefix, step, tokens)
             decoded = self.decoder(
                 self.target_embedding(prefix[:, : step + 1]),
@@ -184,7 +188,8 @@ class SequenceDecoder:
             )
             return self._log_probs(decoded[:, -1]), prefix
 
-        return step_fn, tf.zeros((rows, buffer_length), tf.int32), None
+        prefix = tf.zeros((rows, buffer_length), tf.int32)
+        return step_fn, prefix, None, (encoder_output, source_padding_mask)
 
     def greedy(
         self,
@@ -212,7 +217,7 @@ class SequenceDecoder:
         limits, buffer_length = self.length_limits(source_tokens, max_length)
         encoder_output, source_padding_mask = self.encode(source_tokens)
         make_step = self._cached_step if use_cache else self._uncached_step
-        step_fn, state, state_shapes = make_step(
+        step_fn, state, state_shapes, context = make_step(
             encoder_output, source_padding_mask, tf.shape(source_tokens)[0], buffer_length
         )
         return greedy_search(
@@ -225,6 +230,8 @@ class SequenceDecoder:
             alpha=alpha,
             stop_at_end=stop_at_end,
             state_shapes=state_shapes,
+            context=context,
+            drop_finished=not under_xla(),
         )
 
     def beam_search(
@@ -258,7 +265,7 @@ class SequenceDecoder:
         encoder_output = tf.repeat(encoder_output, beam_width, axis=0)
         source_padding_mask = tf.repeat(source_padding_mask, beam_width, axis=0)
         make_step = self._cached_step if use_cache else self._uncached_step
-        step_fn, state, state_shapes = make_step(
+        step_fn, state, state_shapes, context = make_step(
             encoder_output, source_padding_mask, tf.shape(encoder_output)[0], buffer_length
         )
         return beam_search(
@@ -272,6 +279,8 @@ class SequenceDecoder:
             alpha=alpha,
             stop_at_end=stop_at_end,
             state_shapes=state_shapes,
+            context=context,
+            drop_finished=not under_xla(),
         )
 
     def decode(

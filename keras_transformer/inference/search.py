@@ -1,21 +1,28 @@
-"""Greedy and beam search over any step function, as `tf.while_loop`s with static shapes.
+"""Greedy and beam search over any step function, as `tf.while_loop`s.
 
 The searches know nothing of Transformers: a step function maps the latest tokens (and a state
 such as key/value caches) to next-token log-probabilities. Buffers have a fixed size
-(`max_length`), finished sequences are tracked with flags, and every loop variable keeps its shape,
-so the loops run inside `tf.function` and under XLA (`jit_compile=True`).
+(`max_length`) and finished sequences are tracked with flags, so with every loop variable keeping
+its shape the loops run inside `tf.function` and under XLA (`jit_compile=True`).
+
+Outside XLA a search can drop its finished rows (`drop_finished=True`): a row (greedy) or a source
+with all its beams (beam search) leaves the loop the step it is done, its result written to
+full-size buffers, so the remaining steps of a batch cost only the rows still being decoded, as
+in CTranslate2. Results are the same either way.
 
 Step function contract:
-    `step_fn(tokens, step, state) -> (log_probs, state)` with `tokens` int32 `(rows,)` (the token
-    chosen at the previous step, START at step 0), `step` an int32 scalar (the position being
-    predicted), `state` a nest of tensors whose first axis is `rows` (the model's state, e.g.
-    key/value caches), and `log_probs` float32 `(rows, vocab_size)`. Beam search reorders the
-    state by gathering rows. The state keeps its static shapes from step to step unless the
+    `step_fn(tokens, step, state, context) -> (log_probs, state)` with `tokens` int32 `(rows,)`
+    (the token chosen at the previous step, START at step 0), `step` an int32 scalar (the position
+    being predicted), `state` a nest of tensors whose first axis is `rows` that the step changes
+    (e.g. self-attention key/value caches), `context` a nest of tensors whose first axis is `rows`
+    that it only reads (e.g. cross-attention keys/values and the source padding mask), and
+    `log_probs` float32 `(rows, vocab_size)`. Beam search reorders the state by gathering rows;
+    rows are dropped from both. The state keeps its static shapes from step to step unless the
     search is given `state_shapes` with None where a size changes (caches that grow by one
     position per step; not under XLA, which needs static shapes).
 
 Each loop carries one named state (`GreedyState`, `BeamState`); a beam step is split into named
-stages (expand, choose the live prefixes, update the finished pool, freeze finished rows).
+stages (expand, choose the live prefixes, update the finished pool, freeze or drop finished rows).
 
 Scores are `log P(Y | X) / lp(|Y|)` with the GNMT length penalty
 `lp(|Y|) = ((5 + |Y|) / 6) ** alpha` (Wu et al., 2016, eq. 14); `|Y|` counts END.
@@ -30,7 +37,7 @@ import tensorflow as tf
 
 from keras_transformer.inference.defaults import DEFAULT_ALPHA
 
-StepFn = Callable[[tf.Tensor, tf.Tensor, object], tuple[tf.Tensor, object]]
+StepFn = Callable[[tf.Tensor, tf.Tensor, object, object], tuple[tf.Tensor, object]]
 
 NEG_INF = float("-inf")
 
@@ -71,58 +78,120 @@ def _smaller(a, b):
     return min(a, b) if isinstance(a, int) and isinstance(b, int) else tf.minimum(a, b)
 
 
+def _gather_rows(nest, rows):
+    """Rows `rows` (int `(kept,)`) of every tensor in `nest`, along the first axis."""
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), nest)
+
+
+def _gather_rows_if(condition, nest, rows):
+    """`_gather_rows(nest, rows)` when the scalar `condition` holds, else `nest` uncopied."""
+    if not tf.nest.flatten(nest):
+        return nest
+    return tf.cond(condition, lambda: _gather_rows(nest, rows), lambda: nest)
+
+
+def _split_done(done):
+    """Indices of the done and of the other entries of bool `(n,)`: int64 `(done,)`, `(rest,)`."""
+    return tf.where(done)[:, 0], tf.where(tf.logical_not(done))[:, 0]
+
+
+class Results(NamedTuple):
+    """The search's answer for every row of the batch, written as rows finish.
+
+    Attributes:
+        tokens: int32 `(batch, max_length)`.
+        scores: float32 `(batch,)`.
+    """
+
+    tokens: tf.Tensor
+    scores: tf.Tensor
+
+    @classmethod
+    def empty(cls, batch, max_length):
+        return cls(tf.zeros((batch, max_length), tf.int32), tf.zeros((batch,), tf.float32))
+
+    def write(self, rows, tokens, scores) -> Results:
+        """Sets rows `rows` (int `(n,)`) to `tokens` `(n, max_length)` and `scores` `(n,)`."""
+        rows = tf.cast(rows, tf.int32)[:, None]
+        return Results(
+            tf.tensor_scatter_nd_update(self.tokens, rows, tokens),
+            tf.tensor_scatter_nd_update(self.scores, rows, scores),
+        )
+
+
 class GreedyState(NamedTuple):
-    """What `greedy_search`'s loop carries from one step to the next.
+    """What `greedy_search`'s loop carries from one step to the next. Every field but `step` and
+    `results` has one entry per row still decoded (all rows unless finished ones are dropped).
 
     Attributes:
         step: int32 scalar, the position being predicted.
-        tokens: int32 `(batch, max_length)`, the tokens chosen so far.
-        last: int32 `(batch,)`, the token chosen at the previous step (START at first).
-        log_prob: float32 `(batch,)`, log-probability of each row's tokens.
-        lengths: int32 `(batch,)`, tokens generated per row (END included).
-        done: bool `(batch,)`, rows that ended or reached their limit.
+        rows: int32 `(rows,)`, each row's index in the batch.
+        tokens: int32 `(rows, max_length)`, the tokens chosen so far.
+        last: int32 `(rows,)`, the token chosen at the previous step (START at first).
+        log_prob: float32 `(rows,)`, log-probability of each row's tokens.
+        lengths: int32 `(rows,)`, tokens generated per row (END included).
+        limits: int32 `(rows,)`, most tokens each row may generate.
+        done: bool `(rows,)`, rows that ended or reached their limit.
         model_state: the step function's state.
+        context: the step function's context.
+        results: `Results` of the batch's finished rows (dropped ones only; the rest are
+            written when the loop ends).
     """
 
     step: tf.Tensor
+    rows: tf.Tensor
     tokens: tf.Tensor
     last: tf.Tensor
     log_prob: tf.Tensor
     lengths: tf.Tensor
+    limits: tf.Tensor
     done: tf.Tensor
     model_state: object
+    context: object
+    results: Results
 
 
 class BeamState(NamedTuple):
-    """What `beam_search`'s loop carries from one step to the next.
+    """What `beam_search`'s loop carries from one step to the next. Every field but `step` and
+    `results` has one entry per source still searched (per beam row for the step function's
+    state and context).
 
     Attributes:
         step: int32 scalar, the position being predicted.
-        alive_tokens: int32 `(batch, beam, max_length)`, the live prefixes.
-        alive_log_prob: float32 `(batch, beam)`, their log-probabilities, best first.
-        finished_tokens: int32 `(batch, beam, max_length)`, the finished pool.
-        finished_scores: float32 `(batch, beam)`, its scores `log P / lp(|Y|)`, best first.
-        done: bool `(batch,)`, rows whose search is over (frozen from then on).
-        model_state: the step function's state, row `b * beam + k` for beam `k` of source `b`.
+        sources: int32 `(sources,)`, each source's index in the batch.
+        limits: int32 `(sources,)`, most tokens each source may generate.
+        alive_tokens: int32 `(sources, beam, max_length)`, the live prefixes.
+        alive_log_prob: float32 `(sources, beam)`, their log-probabilities, best first.
+        finished_tokens: int32 `(sources, beam, max_length)`, the finished pool.
+        finished_scores: float32 `(sources, beam)`, its scores `log P / lp(|Y|)`, best first.
+        done: bool `(sources,)`, sources whose search is over (frozen from then on).
+        model_state: the step function's state, row `s * beam + k` for beam `k` of source `s`.
+        context: the step function's context, rows as for `model_state`.
+        results: `Results` of the batch's finished sources (dropped ones only; the rest are
+            written when the loop ends).
     """
 
     step: tf.Tensor
+    sources: tf.Tensor
+    limits: tf.Tensor
     alive_tokens: tf.Tensor
     alive_log_prob: tf.Tensor
     finished_tokens: tf.Tensor
     finished_scores: tf.Tensor
     done: tf.Tensor
     model_state: object
+    context: object
+    results: Results
 
 
 class Candidates(NamedTuple):
     """The `2 * beam` best one-token extensions of a source's live prefixes, best first.
 
     Attributes:
-        log_prob: float32 `(batch, 2 * beam)`.
-        token: int32 `(batch, 2 * beam)`, the new token.
-        origin: int32 `(batch, 2 * beam)`, the live prefix (beam index) it extends.
-        sequences: int32 `(batch, 2 * beam, max_length)`, prefix and new token.
+        log_prob: float32 `(sources, 2 * beam)`.
+        token: int32 `(sources, 2 * beam)`, the new token.
+        origin: int32 `(sources, 2 * beam)`, the live prefix (beam index) it extends.
+        sequences: int32 `(sources, 2 * beam, max_length)`, prefix and new token.
     """
 
     log_prob: tf.Tensor
@@ -131,16 +200,23 @@ class Candidates(NamedTuple):
     sequences: tf.Tensor
 
 
-def _run_loop(cond, body, initial, state_shapes):
+def _run_loop(cond, body, initial, state_shapes, drop_finished: bool):
     """`tf.while_loop` over one named state; returns the final state.
 
     Args:
         state_shapes: static shapes of the model state across steps, or None to keep the
             initial state's.
+        drop_finished: whether the number of rows may change from step to step.
     """
     shapes = tf.nest.map_structure(lambda tensor: tensor.shape, initial)
     if state_shapes is not None:
         shapes = shapes._replace(model_state=state_shapes)
+    if drop_finished:
+        any_rows = lambda shape: tf.TensorShape([None]).concatenate(shape[1:])  # noqa: E731
+        shapes = shapes._replace(**{
+            field: tf.nest.map_structure(any_rows, getattr(shapes, field))
+            for field in shapes._fields if field not in ("step", "results")
+        })
     (final,) = tf.while_loop(
         cond,
         lambda state: (_with_shapes(body(state), shapes),),
@@ -148,6 +224,15 @@ def _run_loop(cond, body, initial, state_shapes):
         shape_invariants=(shapes,),
     )
     return final
+
+
+def _searching(max_length):
+    """The loop condition of both searches: steps left and rows not done."""
+
+    def cond(state):
+        return tf.logical_and(state.step < max_length, tf.logical_not(tf.reduce_all(state.done)))
+
+    return cond
 
 
 def greedy_search(
@@ -161,6 +246,8 @@ def greedy_search(
     alpha: float = 0.0,
     stop_at_end: bool = True,
     state_shapes=None,
+    context=(),
+    drop_finished: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Takes the most probable token at every step until END or the row's length limit.
 
@@ -176,6 +263,8 @@ def greedy_search(
         stop_at_end: False decodes `limits` tokens whatever is generated (benchmarks).
         state_shapes: `tf.TensorShape`s (nested like `initial_state`) the state keeps across
             steps, None where a size changes; default: the initial state's shapes.
+        context: what `step_fn` reads besides its state (a nest of `(batch, ...)` tensors).
+        drop_finished: drop each row from the loop once it is done (not under XLA).
 
     Returns:
         `(tokens, scores)`: int32 `(batch, max_length)`, the generated tokens with END and
@@ -186,25 +275,47 @@ def greedy_search(
     batch = tf.shape(limits)[0]
     initial = GreedyState(
         step=tf.constant(0),
+        rows=tf.range(batch),
         tokens=tf.zeros((batch, max_length), tf.int32),
         last=tf.fill((batch,), tf.constant(start_id, tf.int32)),
         log_prob=tf.zeros((batch,), tf.float32),
         lengths=tf.zeros((batch,), tf.int32),
+        limits=limits,
         done=tf.zeros((batch,), tf.bool),
         model_state=initial_state,
+        context=context,
+        results=Results.empty(batch, max_length),
     )
 
-    def cond(state: GreedyState):
-        return tf.logical_and(state.step < max_length, tf.logical_not(tf.reduce_all(state.done)))
+    def scores(state: GreedyState):
+        return state.log_prob / length_penalty(state.lengths, alpha)
+
+    def drop_done_rows(state: GreedyState) -> GreedyState:
+        done, rest = _split_done(state.done)
+        per_row = ("rows", "tokens", "last", "log_prob", "lengths", "limits", "done")
+        model_state, context = _gather_rows_if(
+            tf.size(done) > 0, (state.model_state, state.context), rest
+        )
+        return state._replace(
+            **{field: tf.gather(getattr(state, field), rest) for field in per_row},
+            model_state=model_state,
+            context=context,
+            results=state.results.write(
+                tf.gather(state.rows, done), tf.gather(state.tokens, done),
+                tf.gather(scores(state), done),
+            ),
+        )
 
     def body(state: GreedyState) -> GreedyState:
-        log_probs, model_state = step_fn(state.last, state.step, state.model_state)
+        log_probs, model_state = step_fn(
+            state.last, state.step, state.model_state, state.context
+        )
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         chosen = tf.where(state.done, 0, chosen)
         chosen_log_prob = tf.gather(log_probs, chosen, axis=1, batch_dims=1)
         ended = tf.logical_and(tf.equal(chosen, end_id), stop_at_end)
-        at_limit = state.step + 1 >= limits
-        return GreedyState(
+        at_limit = state.step + 1 >= state.limits
+        new = state._replace(
             step=state.step + 1,
             tokens=write_column(state.tokens, state.step, chosen),
             last=chosen,
@@ -213,15 +324,16 @@ def greedy_search(
             done=tf.logical_or(state.done, tf.logical_or(ended, at_limit)),
             model_state=model_state,
         )
+        return drop_done_rows(new) if drop_finished else new
 
-    final = _run_loop(cond, body, initial, state_shapes)
-    tokens = final.tokens
+    final = _run_loop(_searching(max_length), body, initial, state_shapes, drop_finished)
+    tokens, scores = final.results.write(final.rows, final.tokens, scores(final))
     tokens = tf.where(tf.equal(tokens, end_id), 0, tokens) if stop_at_end else tokens
-    return tokens, final.log_prob / length_penalty(final.lengths, alpha)
+    return tokens, scores
 
 
 def _previous_tokens(state: BeamState, start_id: int):
-    """Each live prefix's last token, START at the first step: int32 `(batch * beam,)`."""
+    """Each live prefix's last token, START at the first step: int32 `(sources * beam,)`."""
     last = tf.gather(state.alive_tokens, tf.maximum(state.step - 1, 0), axis=2)
     return tf.reshape(tf.where(state.step > 0, last, start_id), (-1,))
 
@@ -233,15 +345,15 @@ def _expand(state: BeamState, log_probs, beam) -> Candidates:
     best candidates, so the search over `beam * vocab` candidates shrinks to `beam * 2 * beam`.
 
     Args:
-        log_probs: float32 `(batch * beam, vocab)`, next-token log-probabilities.
+        log_probs: float32 `(sources * beam, vocab)`, next-token log-probabilities.
     """
-    batch = tf.shape(state.alive_log_prob)[0]
+    sources = tf.shape(state.alive_log_prob)[0]
     per_prefix = _smaller(2 * beam, log_probs.shape[-1] or tf.shape(log_probs)[-1])
     prefix_log_prob, prefix_token = tf.math.top_k(log_probs, k=per_prefix)
-    totals = state.alive_log_prob[:, :, None] + tf.reshape(prefix_log_prob, (batch, beam, -1))
-    log_prob, index = tf.math.top_k(tf.reshape(totals, (batch, -1)), k=2 * beam)
+    totals = state.alive_log_prob[:, :, None] + tf.reshape(prefix_log_prob, (sources, beam, -1))
+    log_prob, index = tf.math.top_k(tf.reshape(totals, (sources, -1)), k=2 * beam)
     origin = index // per_prefix
-    token = tf.gather(tf.reshape(prefix_token, (batch, -1)), index, batch_dims=1)
+    token = tf.gather(tf.reshape(prefix_token, (sources, -1)), index, batch_dims=1)
     prefixes = tf.gather(state.alive_tokens, origin, batch_dims=1)
     return Candidates(log_prob, token, origin, write_column(prefixes, state.step, token))
 
@@ -250,8 +362,8 @@ def _surviving_prefixes(candidates: Candidates, is_end, beam):
     """The `beam` best candidates that did not end: they stay alive.
 
     Returns:
-        `(log_prob, tokens, origin)`: `(batch, beam)`, `(batch, beam, max_length)` and the beam
-        index each extends, `(batch, beam)`.
+        `(log_prob, tokens, origin)`: `(sources, beam)`, `(sources, beam, max_length)` and the beam
+        index each extends, `(sources, beam)`.
     """
     log_prob, pick = tf.math.top_k(tf.where(is_end, NEG_INF, candidates.log_prob), k=beam)
     tokens = tf.gather(candidates.sequences, pick, batch_dims=1)
@@ -266,7 +378,8 @@ def _finished_pool(
     and, for rows at their length limit, the live prefixes.
 
     Returns:
-        `(scores, tokens)`: float32 `(batch, beam)` best first, int32 `(batch, beam, max_length)`.
+        `(scores, tokens)`: float32 `(sources, beam)` best first, int32
+        `(sources, beam, max_length)`.
     """
     # Only an END within the top `beam` candidates counts, which makes beam 1 exactly greedy.
     within_beam = tf.range(2 * beam)[None] < beam
@@ -286,14 +399,56 @@ def _finished_pool(
 
 
 def _freeze_done_rows(old: BeamState, new: BeamState) -> BeamState:
-    """Rows already done keep their prefixes and pool, so batching never changes a row's answer.
-    (Their model state rows are still gathered; nothing reads them again.)"""
+    """Sources already done keep their prefixes and pool, so batching never changes a source's
+    answer. (Their model state rows are still gathered; nothing reads them again.)"""
     keep = old.done[:, None]
     return new._replace(
         alive_tokens=tf.where(keep[..., None], old.alive_tokens, new.alive_tokens),
         alive_log_prob=tf.where(keep, old.alive_log_prob, new.alive_log_prob),
         finished_tokens=tf.where(keep[..., None], old.finished_tokens, new.finished_tokens),
         finished_scores=tf.where(keep, old.finished_scores, new.finished_scores),
+    )
+
+
+def _beam_rows(sources, beams):
+    """Row `s * beam + k` of the step function for each source `s` and beam index `k`.
+
+    Args:
+        sources: int `(kept,)`.
+        beams: int32 `(kept, beam)`.
+
+    Returns:
+        int32 `(kept * beam,)`.
+    """
+    beam = tf.shape(beams)[1]
+    return tf.reshape(tf.cast(sources, tf.int32)[:, None] * beam + beams, (-1,))
+
+
+def _reorder(new: BeamState, origin) -> BeamState:
+    """Each live prefix takes the model state of the prefix it extends (`origin`)."""
+    sources = tf.range(tf.shape(origin)[0])
+    return new._replace(model_state=_gather_rows(new.model_state, _beam_rows(sources, origin)))
+
+
+def _drop_done_sources(new: BeamState, origin) -> BeamState:
+    """Writes the results of the sources that are done and drops them; the others' prefixes take
+    the model state of the prefix they extend (`origin`, int32 `(sources, beam)`), in one
+    gather."""
+    done, rest = _split_done(new.done)
+    per_source = ("sources", "limits", "alive_tokens", "alive_log_prob", "finished_tokens",
+                  "finished_scores", "done")
+    every_beam = tf.zeros_like(origin) + tf.range(tf.shape(origin)[1])
+    return new._replace(
+        **{field: tf.gather(getattr(new, field), rest) for field in per_source},
+        model_state=_gather_rows(new.model_state, _beam_rows(rest, tf.gather(origin, rest))),
+        context=_gather_rows_if(
+            tf.size(done) > 0, new.context, _beam_rows(rest, tf.gather(every_beam, rest))
+        ),
+        results=new.results.write(
+            tf.gather(new.sources, done),
+            tf.gather(new.finished_tokens, done)[:, 0],
+            tf.gather(new.finished_scores, done)[:, 0],
+        ),
     )
 
 
@@ -309,16 +464,18 @@ def beam_search(
     alpha: float = DEFAULT_ALPHA,
     stop_at_end: bool = True,
     state_shapes=None,
+    context=(),
+    drop_finished: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Keeps the `beam_width` most probable prefixes per source; returns the best by lp score.
 
     Every step expands each live prefix ("alive") by every token and keeps the top `2 * beam`
     candidates, so that `beam` of them continue even when some end. A candidate ending with END
     joins the finished pool (scored `log P / lp(|Y|)`) only if it ranks within the top `beam`,
-    which makes `beam_width=1` exactly greedy search. At a row's length limit the live prefixes
-    join the pool too. A row stops (and is frozen, so batching never changes its result) when its
-    pool is full and its worst finished score beats the best live prefix normalised at the
-    current length, or at its limit.
+    which makes `beam_width=1` exactly greedy search. At a source's length limit the live
+    prefixes join the pool too. A source stops when its pool is full and its worst finished score
+    beats the best live prefix normalised at the current length, or at its limit; from then on it
+    is frozen (or dropped, with `drop_finished`), so batching never changes its result.
 
     Args:
         step_fn: see the module docstring; `rows` is `batch * beam_width`, row `b * beam + k`
@@ -332,6 +489,9 @@ def beam_search(
         alpha: length-penalty exponent.
         stop_at_end: False keeps searching until every limit (benchmarks).
         state_shapes: as for `greedy_search`.
+        context: what `step_fn` reads besides its state (a nest of `(batch * beam, ...)`
+            tensors).
+        drop_finished: drop each source's rows from the loop once it is done (not under XLA).
 
     Returns:
         `(tokens, scores)` of the best hypothesis per source: int32 `(batch, max_length)` with
@@ -344,45 +504,49 @@ def beam_search(
     first_beam = tf.concat([[0.0], tf.fill((beam - 1,), NEG_INF)], axis=0)
     initial = BeamState(
         step=tf.constant(0),
+        sources=tf.range(batch),
+        limits=limits,
         alive_tokens=tf.zeros((batch, beam, max_length), tf.int32),
         alive_log_prob=tf.tile(first_beam[None], (batch, 1)),
         finished_tokens=tf.zeros((batch, beam, max_length), tf.int32),
         finished_scores=tf.fill((batch, beam), NEG_INF),
         done=tf.zeros((batch,), tf.bool),
         model_state=initial_state,
+        context=context,
+        results=Results.empty(batch, max_length),
     )
-
-    def cond(state: BeamState):
-        return tf.logical_and(state.step < max_length, tf.logical_not(tf.reduce_all(state.done)))
 
     def body(state: BeamState) -> BeamState:
         log_probs, model_state = step_fn(
-            _previous_tokens(state, start_id), state.step, state.model_state
+            _previous_tokens(state, start_id), state.step, state.model_state, state.context
         )
         candidates = _expand(state, log_probs, beam)
         is_end = tf.logical_and(tf.equal(candidates.token, end_id), stop_at_end)
         alive_log_prob, alive_tokens, origin = _surviving_prefixes(candidates, is_end, beam)
         length_norm = length_penalty(state.step + 1, alpha)
-        at_limit = state.step + 1 >= limits
+        at_limit = state.step + 1 >= state.limits
         finished_scores, finished_tokens = _finished_pool(
             state, candidates, is_end, alive_log_prob, alive_tokens, at_limit, length_norm, beam
         )
         settled = tf.logical_and(
             stop_at_end, finished_scores[:, -1] >= alive_log_prob[:, 0] / length_norm
         )
-        rows = tf.reshape(tf.range(batch)[:, None] * beam + origin, (-1,))
-        new = BeamState(
+        new = state._replace(
             step=state.step + 1,
             alive_tokens=alive_tokens,
             alive_log_prob=alive_log_prob,
             finished_tokens=finished_tokens,
             finished_scores=finished_scores,
             done=tf.logical_or(state.done, tf.logical_or(settled, at_limit)),
-            model_state=tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), model_state),
+            model_state=model_state,
         )
-        return _freeze_done_rows(state, new)
+        if drop_finished:  # no source in `state` is done: nothing to freeze
+            return _drop_done_sources(new, origin)
+        return _freeze_done_rows(state, _reorder(new, origin))
 
-    final = _run_loop(cond, body, initial, state_shapes)
-    tokens = final.finished_tokens[:, 0]
+    final = _run_loop(_searching(max_length), body, initial, state_shapes, drop_finished)
+    tokens, scores = final.results.write(
+        final.sources, final.finished_tokens[:, 0], final.finished_scores[:, 0]
+    )
     tokens = tf.where(tf.equal(tokens, end_id), 0, tokens) if stop_at_end else tokens
-    return tokens, final.finished_scores[:, 0]
+    return tokens, scores

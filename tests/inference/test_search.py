@@ -25,7 +25,7 @@ def markov_step(tables):
     """
     tables = tf.constant(tables, tf.float32)
 
-    def step_fn(tokens, step, rows):
+    def step_fn(tokens, step, rows, _context):
         return tf.gather_nd(tables, tf.stack([rows, tokens], axis=1)), rows
 
     return step_fn
@@ -173,7 +173,7 @@ def second_order_step(tables, growing: bool):
     far, START first, either growing by one column per step or written into a fixed buffer."""
     tables = tf.constant(tables, tf.float32)
 
-    def step_fn(tokens, step, history):
+    def step_fn(tokens, step, history, _context):
         if growing:
             history = tf.concat([history, tokens[:, None]], axis=1)
             before = history[:, -2]
@@ -208,3 +208,56 @@ def test_a_state_that_grows_every_step_decodes_like_a_fixed_buffer(beam_width):
     np.testing.assert_allclose(scores.numpy(), fixed_scores.numpy(), rtol=1e-6)
     with pytest.raises(ValueError, match="shape"):  # without state_shapes, shapes must hold
         search(growing=True)
+
+
+def context_markov_step(tables, rows_seen):
+    """Like `markov_step`, but each row's source index is the context and the state counts the
+    steps each row took; `rows_seen` gets the number of rows of every step (when run eagerly)."""
+    tables = tf.constant(tables, tf.float32)
+
+    def step_fn(tokens, step, steps_taken, sources):
+        rows_seen.append(int(tokens.shape[0]))
+        return tf.gather_nd(tables, tf.stack([sources, tokens], axis=1)), steps_taken + 1
+
+    return step_fn
+
+
+def search_dropping(search, tables, limits, max_length, drop_finished, beam_width=1, **options):
+    """Runs `search` eagerly with the source indices as context; returns tokens, scores and the
+    rows each step decoded."""
+    rows_seen = []
+    rows = tf.repeat(tf.range(len(tables)), beam_width)
+    if search is beam_search:
+        options["beam_width"] = beam_width
+    tokens, scores = search(
+        context_markov_step(tables, rows_seen), initial_state=tf.zeros_like(rows),
+        context=rows, start_id=START, end_id=END, limits=limits, max_length=max_length,
+        drop_finished=drop_finished, **options,
+    )
+    return tokens.numpy(), scores.numpy(), rows_seen
+
+
+@pytest.mark.parametrize("search,beam_width", [(greedy_search, 1), (beam_search, 3)])
+def test_dropping_finished_rows_changes_no_result(search, beam_width):
+    tables = random_tables(batch=6, vocab=6, seed=11)
+    limits, max_length = [6, 2, 5, 3, 6, 1], 6
+    kept = search_dropping(search, tables, limits, max_length, False, beam_width, alpha=0.6)
+    dropped = search_dropping(search, tables, limits, max_length, True, beam_width, alpha=0.6)
+    np.testing.assert_array_equal(dropped[0], kept[0])
+    np.testing.assert_allclose(dropped[1], kept[1], rtol=1e-6)
+    # The state-carried reference (source index as state, no context) agrees too.
+    reference = (run_beam(tables, limits, beam_width, 0.6, max_length) if search is beam_search
+                 else run_greedy(tables, limits, 0.6, max_length))
+    np.testing.assert_array_equal(dropped[0], reference[0])
+    assert kept[2] == [6 * beam_width] * len(kept[2])  # every row, every step
+    assert sum(dropped[2]) < sum(kept[2])
+
+
+@pytest.mark.parametrize("search,beam_width", [(greedy_search, 1), (beam_search, 2)])
+def test_a_finished_row_leaves_the_loop_at_once(search, beam_width):
+    # Decoding to the limits: the rows still decoded at step t are those whose limit exceeds t.
+    tables = random_tables(batch=4, vocab=6, seed=3)
+    limits = [1, 4, 2, 4]
+    *_, rows_seen = search_dropping(search, tables, limits, 4, True, beam_width,
+                                    stop_at_end=False)
+    assert rows_seen == [beam_width * sum(limit > t for limit in limits) for t in range(4)]
