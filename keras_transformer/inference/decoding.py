@@ -22,7 +22,12 @@ from keras_transformer.inference.defaults import (
     DEFAULT_BEAM_WIDTH,
     DEFAULT_EXTRA_LENGTH,
 )
-from keras_transformer.inference.search import beam_search, greedy_search, write_column
+from keras_transformer.inference.search import (
+    TOP_K_BLOCK,
+    beam_search,
+    greedy_search,
+    write_column,
+)
 from keras_transformer.layers import padding_mask
 from keras_transformer.layers.attention import under_xla
 from keras_transformer.model import (
@@ -131,11 +136,39 @@ class SequenceDecoder:
             return limits, min(source_length + DEFAULT_EXTRA_LENGTH, self.max_length)
         return limits, tf.minimum(source_length + DEFAULT_EXTRA_LENGTH, self.max_length)
 
-    def _log_probs(self, decoded):
-        """Next-token log-probabilities `(rows, vocab)` of decoder outputs `(rows, d_model)`,
-        with padding and START ruled out."""
-        logits = tf.cast(self.to_logits(decoded), tf.float32)
-        return tf.nn.log_softmax(tf.where(self.banned_tokens, float("-inf"), logits), axis=-1)
+    def _next_token_log_probs(self):
+        """The output projection, prepared once per decoding call for its loop: a function from
+        decoder outputs `(rows, d_model)` to next-token log-probabilities float32
+        `(rows, columns)`.
+
+        The weights are cast to the compute dtype once, not at every step. Padding and START get
+        a -inf bias (never generated), added by the product's fused bias. `columns` is the
+        vocabulary rounded up to a multiple of `TOP_K_BLOCK` with -inf columns, so that beam
+        search finds its top k in blocks (`search.top_k`).
+        """
+        vocab_size = self.target_embedding.vocab_size
+        extra = -vocab_size % TOP_K_BLOCK
+        if isinstance(self.to_logits, keras.layers.Dense):
+            dtype = self.to_logits.compute_dtype
+            kernel = tf.pad(tf.cast(self.to_logits.kernel, dtype), ((0, 0), (0, extra)))
+            bias = (tf.cast(self.to_logits.bias, dtype) if self.to_logits.use_bias
+                    else tf.zeros((vocab_size,), dtype))
+            transpose = False
+        else:  # tied: logits = hidden @ embedding^T
+            embedding = self.target_embedding.token_embedding
+            dtype = embedding.reverse_dtype or embedding.compute_dtype
+            kernel = tf.pad(tf.cast(embedding.embeddings, dtype), ((0, extra), (0, 0)))
+            bias = tf.zeros((vocab_size,), dtype)
+            transpose = True
+        never = np.concatenate([self.banned_tokens, np.ones(extra, bool)])
+        bias = tf.where(never, tf.constant(float("-inf"), dtype), tf.pad(bias, ((0, extra),)))
+
+        def log_probs(decoded):
+            logits = tf.matmul(tf.cast(decoded, dtype), kernel, transpose_b=transpose)
+            logits = tf.cast(tf.nn.bias_add(logits, bias), tf.float32)
+            return tf.nn.log_softmax(logits, axis=-1)
+
+        return log_probs
 
     def _cached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
         """Step function, initial state (self-attention caches), state shapes and context
@@ -148,6 +181,7 @@ class SequenceDecoder:
         the start, and the causal mask hides the slots not yet written.
         """
         grow = not under_xla()
+        log_probs = self._next_token_log_probs()
 
         def step_fn(tokens, step, caches, context):
             cross_caches, source_padding_mask = context
@@ -162,7 +196,7 @@ class SequenceDecoder:
                 cache_index=step,
                 training=False,
             )
-            return self._log_probs(decoded[:, 0]), caches
+            return log_probs(decoded[:, 0]), caches
 
         caches = self.decoder.initial_self_attention_caches(rows, 0 if grow else buffer_length)
         shapes = None
@@ -176,6 +210,7 @@ class SequenceDecoder:
     def _uncached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
         """Step function re-running the decoder on the whole prefix; the state is the prefix
         (its shape is fixed), the context the encoder output and source padding mask."""
+        log_probs = self._next_token_log_probs()
 
         def step_fn(tokens, step, prefix, context):
             encoder_output, source_padding_mask = context
@@ -186,7 +221,7 @@ class SequenceDecoder:
                 encoder_padding_mask=source_padding_mask,
                 training=False,
             )
-            return self._log_probs(decoded[:, -1]), prefix
+            return log_probs(decoded[:, -1]), prefix
 
         prefix = tf.zeros((rows, buffer_length), tf.int32)
         return step_fn, prefix, None, (encoder_output, source_padding_mask)

@@ -78,6 +78,42 @@ def _smaller(a, b):
     return min(a, b) if isinstance(a, int) and isinstance(b, int) else tf.minimum(a, b)
 
 
+# Vocabularies that are a multiple of this many tokens are searched for their top k in blocks
+# (`top_k`); decoding pads its output projection to one (`inference.decoding`).
+TOP_K_BLOCK = 64
+
+
+def top_k(values, k):
+    """`tf.math.top_k(values, k)` over the last axis, the same values and indices (ties to the
+    lower index), found in blocks of `TOP_K_BLOCK` when the last axis is a multiple of it.
+
+    TensorFlow's CPU top-k scans a vocabulary-wide row element by element (2.6 ms a beam step for
+    128 rows of 8,000 on two cores, a quarter of the step). In blocks: each block's maximum (one
+    vectorised reduction), the k best blocks, and the top k of their elements. That is exact: a
+    block holding one of the k best elements has fewer than k blocks ranked above it, as each
+    of those holds a better element.
+
+    Args:
+        values: float `(rows, n)`.
+        k: int or int32 scalar, at most `n`.
+
+    Returns:
+        `(values, indices)`: `(rows, k)` best first, int32 `(rows, k)`.
+    """
+    n = values.shape[-1]
+    if n is None or n % TOP_K_BLOCK or (isinstance(k, int) and n < 4 * k * TOP_K_BLOCK):
+        return tf.math.top_k(values, k=k)
+    blocks = tf.reshape(values, (tf.shape(values)[0], n // TOP_K_BLOCK, TOP_K_BLOCK))
+    _, best_blocks = tf.math.top_k(tf.reduce_max(blocks, axis=-1), k=_smaller(k, n // TOP_K_BLOCK))
+    best_blocks = tf.sort(best_blocks, axis=-1)  # candidates in vocabulary order: ties as top_k
+    candidates = tf.gather(blocks, best_blocks, batch_dims=1)
+    top_values, position = tf.math.top_k(
+        tf.reshape(candidates, (tf.shape(values)[0], -1)), k=k
+    )
+    block = tf.gather(best_blocks, position // TOP_K_BLOCK, batch_dims=1)
+    return top_values, block * TOP_K_BLOCK + position % TOP_K_BLOCK
+
+
 def _gather_rows(nest, rows):
     """Rows `rows` (int `(kept,)`) of every tensor in `nest`, along the first axis."""
     return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), nest)
@@ -349,7 +385,7 @@ def _expand(state: BeamState, log_probs, beam) -> Candidates:
     """
     sources = tf.shape(state.alive_log_prob)[0]
     per_prefix = _smaller(2 * beam, log_probs.shape[-1] or tf.shape(log_probs)[-1])
-    prefix_log_prob, prefix_token = tf.math.top_k(log_probs, k=per_prefix)
+    prefix_log_prob, prefix_token = top_k(log_probs, per_prefix)
     totals = state.alive_log_prob[:, :, None] + tf.reshape(prefix_log_prob, (sources, beam, -1))
     log_prob, index = tf.math.top_k(tf.reshape(totals, (sources, -1)), k=2 * beam)
     origin = index // per_prefix

@@ -8,9 +8,11 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.inference.search import (
+    TOP_K_BLOCK,
     beam_search,
     greedy_search,
     length_penalty,
+    top_k,
     write_column,
 )
 
@@ -261,3 +263,22 @@ def test_a_finished_row_leaves_the_loop_at_once(search, beam_width):
     *_, rows_seen = search_dropping(search, tables, limits, 4, True, beam_width,
                                     stop_at_end=False)
     assert rows_seen == [beam_width * sum(limit > t for limit in limits) for t in range(4)]
+
+
+@pytest.mark.parametrize("k", [1, 8, 24])
+def test_top_k_in_blocks_equals_tensorflows_top_k_with_ties(k):
+    rng = np.random.default_rng(k)
+    rows, n = 16, 50 * TOP_K_BLOCK
+    # Few distinct values, so ties abound within and across blocks (top_k prefers the lower
+    # index); -inf where decoding bans a token; one row of equal values.
+    values = rng.integers(0, 40, (rows, n)).astype(np.float32)
+    values[:, [0, START]] = -np.inf
+    values[3] = 1.0
+    expected = tf.math.top_k(values, k=k)
+    for k_given in (k, tf.constant(k)):
+        found = top_k(tf.constant(values), k_given)
+        np.testing.assert_array_equal(found[0].numpy(), expected.values.numpy())
+        np.testing.assert_array_equal(found[1].numpy(), expected.indices.numpy())
+    continuous = rng.normal(size=(rows, n)).astype(np.float32)
+    np.testing.assert_array_equal(top_k(continuous, k)[1].numpy(),
+                                  tf.math.top_k(continuous, k=k).indices.numpy())
