@@ -5,10 +5,12 @@ such as key/value caches) to next-token log-probabilities. Buffers have a fixed 
 (`max_length`) and finished sequences are tracked with flags, so with every loop variable keeping
 its shape the loops run inside `tf.function` and under XLA (`jit_compile=True`).
 
-Outside XLA a search can drop its finished rows (`drop_finished=True`): a row (greedy) or a source
-with all its beams (beam search) leaves the loop the step it is done, its result written to
-full-size buffers, so the remaining steps of a batch cost only the rows still being decoded, as
-in CTranslate2. Results are the same either way.
+Outside XLA a search can drop its finished rows (`drop_finished=True`): once a row (greedy) or a
+source with all its beams (beam search) is done, its result is written to full-size buffers and
+it leaves the loop, so the later steps of a batch cost only the rows still being decoded, as in
+CTranslate2. Rows leave when the ones not done fit in a power of two below the current count (the
+rest of it made up with done rows, frozen), which keeps the shapes a loop sees to a few. Results
+are the same either way.
 
 Step function contract:
     `step_fn(tokens, step, state, context) -> (log_probs, state)` with `tokens` int32 `(rows,)`
@@ -126,9 +128,31 @@ def _gather_rows_if(condition, nest, rows):
     return tf.cond(condition, lambda: _gather_rows(nest, rows), lambda: nest)
 
 
-def _split_done(done):
-    """Indices of the done and of the other entries of bool `(n,)`: int64 `(done,)`, `(rest,)`."""
-    return tf.where(done)[:, 0], tf.where(tf.logical_not(done))[:, 0]
+def _power_of_two_at_least(count):
+    """The smallest power of two >= `count` (int32 scalar >= 1; 0 for 0), by bit smearing."""
+    bits = count - 1
+    for shift in (1, 2, 4, 8, 16):
+        bits = tf.bitwise.bitwise_or(bits, tf.bitwise.right_shift(bits, shift))
+    return bits + 1
+
+
+def _keep_and_drop(done):
+    """Which rows stay in the loop and which leave it, given bool `done` `(rows,)`.
+
+    The rows not done stay, topped up with done ones (frozen passengers) to a power of two, and
+    only when that is fewer rows than now: so a loop sees a few row counts, not every one from
+    the batch size down, and oneDNN builds (and keeps) kernels for a few shapes only.
+
+    Returns:
+        `(keep, drop, fewer)`: int32 `(kept,)` and `(dropped,)` row indices (the rows not done
+        first when some leave, else every row in order); bool scalar, whether any row leaves.
+    """
+    rows = tf.size(done)
+    kept = tf.minimum(rows, _power_of_two_at_least(rows - tf.reduce_sum(tf.cast(done, tf.int32))))
+    fewer = kept < rows
+    order = tf.argsort(tf.cast(done, tf.int32), stable=True)  # the rows not done first
+    keep = tf.cond(fewer, lambda: order[:kept], lambda: tf.range(rows))  # else, in order
+    return keep, order[kept:], fewer
 
 
 class Results(NamedTuple):
@@ -327,18 +351,16 @@ def greedy_search(
         return state.log_prob / length_penalty(state.lengths, alpha)
 
     def drop_done_rows(state: GreedyState) -> GreedyState:
-        done, rest = _split_done(state.done)
+        keep, drop, fewer = _keep_and_drop(state.done)
         per_row = ("rows", "tokens", "last", "log_prob", "lengths", "limits", "done")
-        model_state, context = _gather_rows_if(
-            tf.size(done) > 0, (state.model_state, state.context), rest
-        )
+        model_state, context = _gather_rows_if(fewer, (state.model_state, state.context), keep)
         return state._replace(
-            **{field: tf.gather(getattr(state, field), rest) for field in per_row},
+            **{field: tf.gather(getattr(state, field), keep) for field in per_row},
             model_state=model_state,
             context=context,
             results=state.results.write(
-                tf.gather(state.rows, done), tf.gather(state.tokens, done),
-                tf.gather(scores(state), done),
+                tf.gather(state.rows, drop), tf.gather(state.tokens, drop),
+                tf.gather(scores(state), drop),
             ),
         )
 
@@ -467,23 +489,21 @@ def _reorder(new: BeamState, origin) -> BeamState:
 
 
 def _drop_done_sources(new: BeamState, origin) -> BeamState:
-    """Writes the results of the sources that are done and drops them; the others' prefixes take
-    the model state of the prefix they extend (`origin`, int32 `(sources, beam)`), in one
-    gather."""
-    done, rest = _split_done(new.done)
+    """Writes the results of the sources that leave the loop (`_keep_and_drop`) and drops them;
+    the others' prefixes take the model state of the prefix they extend (`origin`, int32
+    `(sources, beam)`), in one gather."""
+    keep, drop, fewer = _keep_and_drop(new.done)
     per_source = ("sources", "limits", "alive_tokens", "alive_log_prob", "finished_tokens",
                   "finished_scores", "done")
     every_beam = tf.zeros_like(origin) + tf.range(tf.shape(origin)[1])
     return new._replace(
-        **{field: tf.gather(getattr(new, field), rest) for field in per_source},
-        model_state=_gather_rows(new.model_state, _beam_rows(rest, tf.gather(origin, rest))),
-        context=_gather_rows_if(
-            tf.size(done) > 0, new.context, _beam_rows(rest, tf.gather(every_beam, rest))
-        ),
+        **{field: tf.gather(getattr(new, field), keep) for field in per_source},
+        model_state=_gather_rows(new.model_state, _beam_rows(keep, tf.gather(origin, keep))),
+        context=_gather_rows_if(fewer, new.context, _beam_rows(keep, tf.gather(every_beam, keep))),
         results=new.results.write(
-            tf.gather(new.sources, done),
-            tf.gather(new.finished_tokens, done)[:, 0],
-            tf.gather(new.finished_scores, done)[:, 0],
+            tf.gather(new.sources, drop),
+            tf.gather(new.finished_tokens, drop)[:, 0],
+            tf.gather(new.finished_scores, drop)[:, 0],
         ),
     )
 
@@ -576,9 +596,8 @@ def beam_search(
             done=tf.logical_or(state.done, tf.logical_or(settled, at_limit)),
             model_state=model_state,
         )
-        if drop_finished:  # no source in `state` is done: nothing to freeze
-            return _drop_done_sources(new, origin)
-        return _freeze_done_rows(state, _reorder(new, origin))
+        new = _freeze_done_rows(state, new)
+        return _drop_done_sources(new, origin) if drop_finished else _reorder(new, origin)
 
     final = _run_loop(_searching(max_length), body, initial, state_shapes, drop_finished)
     tokens, scores = final.results.write(

@@ -256,13 +256,15 @@ def test_dropping_finished_rows_changes_no_result(search, beam_width):
 
 
 @pytest.mark.parametrize("search,beam_width", [(greedy_search, 1), (beam_search, 2)])
-def test_a_finished_row_leaves_the_loop_at_once(search, beam_width):
-    # Decoding to the limits: the rows still decoded at step t are those whose limit exceeds t.
-    tables = random_tables(batch=4, vocab=6, seed=3)
-    limits = [1, 4, 2, 4]
-    *_, rows_seen = search_dropping(search, tables, limits, 4, True, beam_width,
+def test_finished_rows_leave_when_the_others_fit_a_smaller_power_of_two(search, beam_width):
+    # Decoding to the limits: after step t the rows not done are those whose limit exceeds t + 1.
+    tables = random_tables(batch=6, vocab=6, seed=3)
+    limits = [1, 5, 2, 5, 3, 1]
+    *_, rows_seen = search_dropping(search, tables, limits, 5, True, beam_width,
                                     stop_at_end=False)
-    assert rows_seen == [beam_width * sum(limit > t for limit in limits) for t in range(4)]
+    # Not done after each step: 4, 3, 2, 2, 0 -> rows 6, 4 (4 fits in 4 < 6), 4 (3 fits in 4),
+    # 2, 2.
+    assert rows_seen == [beam_width * rows for rows in (6, 4, 4, 2, 2)]
 
 
 @pytest.mark.parametrize("k", [1, 8, 24])
