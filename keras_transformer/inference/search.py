@@ -495,11 +495,12 @@ def _drop_done_sources(new: BeamState, origin) -> BeamState:
     keep, drop, fewer = _keep_and_drop(new.done)
     per_source = ("sources", "limits", "alive_tokens", "alive_log_prob", "finished_tokens",
                   "finished_scores", "done")
-    every_beam = tf.zeros_like(origin) + tf.range(tf.shape(origin)[1])
+    kept_origin = tf.gather(origin, keep)
+    every_beam = tf.zeros_like(kept_origin) + tf.range(tf.shape(origin)[1])
     return new._replace(
         **{field: tf.gather(getattr(new, field), keep) for field in per_source},
-        model_state=_gather_rows(new.model_state, _beam_rows(keep, tf.gather(origin, keep))),
-        context=_gather_rows_if(fewer, new.context, _beam_rows(keep, tf.gather(every_beam, keep))),
+        model_state=_gather_rows(new.model_state, _beam_rows(keep, kept_origin)),
+        context=_gather_rows_if(fewer, new.context, _beam_rows(keep, every_beam)),
         results=new.results.write(
             tf.gather(new.sources, drop),
             tf.gather(new.finished_tokens, drop)[:, 0],
