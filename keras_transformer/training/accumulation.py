@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers.masks import PAD_ID
+from keras_transformer.training.real_token_logits import RealTokenLogits
 
 SOURCE, TARGET = "source_tokens", "target_tokens"
 
@@ -131,11 +132,13 @@ class TokenWeightedSteps:
     `install()` it. The model's saved form is unchanged: the steps live on this instance only.
 
     Args:
-        model: a compiled model whose `loss` is the mean over real target tokens
-            (`MaskedSparseCategoricalCrossentropy`).
+        model: a compiled model from `build_transformer` whose `loss` is the mean over real
+            target tokens (`MaskedSparseCategoricalCrossentropy`).
         accumulate_steps: batches per optimizer update.
-        trim: cut each batch of a group back to its own shape (padding costs compute); False
-            under XLA, which needs shapes known when it compiles.
+        trim: leave out padding where it would cost compute: each batch of a group is cut back
+            to its own shape, and the output projection and the loss see the real target
+            positions only (`RealTokenLogits`; the same loss and gradients). False under XLA,
+            which needs shapes known when it compiles.
 
     Example:
         >>> with strategy.scope():  # doctest: +SKIP
@@ -152,6 +155,7 @@ class TokenWeightedSteps:
         self.model = model
         self.accumulate_steps = accumulate_steps
         self.trim = trim
+        self.real_token_logits = RealTokenLogits(model) if trim else None
         self.source_tokens = keras.metrics.Sum(name="source_tokens")
         self.target_tokens = keras.metrics.Sum(name="target_tokens")
 
@@ -167,6 +171,12 @@ class TokenWeightedSteps:
             return [(inputs, labels)]
         return [_trimmed(inputs, labels, index, self.trim)
                 for index in range(self.accumulate_steps)]
+
+    def _predict(self, inputs, labels, training: bool):
+        """Logits and the labels they go with: at the real positions only when trimming."""
+        if self.real_token_logits is not None:
+            return self.real_token_logits(inputs, labels, training=training)
+        return self.model(inputs, training=training), labels
 
     def _track(self, inputs, labels, predictions, mean, tokens):
         model = self.model
@@ -190,7 +200,7 @@ class TokenWeightedSteps:
         gradients = None
         for (inputs, labels), tokens in zip(batches, counts, strict=True):
             with tf.GradientTape() as tape:
-                predictions = model(inputs, training=True)
+                predictions, labels = self._predict(inputs, labels, training=True)
                 mean = model.loss(labels, predictions)
                 loss = model.optimizer.scale_loss(mean * tokens / step_tokens)
             batch_gradients = tape.gradient(loss, weights)
@@ -215,6 +225,7 @@ class TokenWeightedSteps:
     def test_step(self, data) -> dict:
         """Validation loss (mean over real target tokens) and metrics of one batch."""
         inputs, labels, _ = keras.utils.unpack_x_y_sample_weight(data)
-        predictions = self.model(inputs, training=False)
+        tokens = real_tokens(labels)
+        predictions, labels = self._predict(inputs, labels, training=False)
         mean = self.model.loss(labels, predictions)
-        return self._track(inputs, labels, predictions, mean, real_tokens(labels))
+        return self._track(inputs, labels, predictions, mean, tokens)
