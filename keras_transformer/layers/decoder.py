@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_transformer.layers import masks
 from keras_transformer.layers.base import LayerStack, TransformerLayer
+from keras_transformer.layers.real_positions import at_real_positions
 
 
 def _check_cache_inputs(encoder_output, cross_attention_cache, self_attention_cache, cache_index):
@@ -46,6 +47,9 @@ class DecoderLayer(TransformerLayer):
         cross_attention_mask: optional bool, broadcastable to `(batch, num_heads,
             target_length, source_length)`: `masks.attention_mask` of the target and source
             padding masks.
+        padding_mask: optional bool `(batch, target_length)`, True for real tokens: the
+            feed-forward sub-layer then runs at the real positions only (`at_real_positions`).
+            Not with `cache_index`.
         self_attention_cache: `(keys, values)`, each `(batch, num_heads, max_length, d_k)`, used
             with `cache_index` for step-by-step decoding.
         cross_attention_cache: `(keys, values)` of the encoder output from
@@ -87,6 +91,7 @@ class DecoderLayer(TransformerLayer):
         encoder_output=None,
         self_attention_mask=None,
         cross_attention_mask=None,
+        padding_mask=None,
         self_attention_cache=None,
         cross_attention_cache=None,
         cache_index=None,
@@ -96,6 +101,9 @@ class DecoderLayer(TransformerLayer):
         _check_cache_inputs(
             encoder_output, cross_attention_cache, self_attention_cache, cache_index
         )
+        if padding_mask is not None and cache_index is not None:
+            raise ValueError("padding_mask leaves padding out of full sequences; a decoding "
+                             "step with cache_index has none")
         if cache_index is not None:
             # A tensor like the caches: Keras refuses a call argument that mixes tensors and
             # plain Python values, and AddNorm passes these together.
@@ -120,7 +128,9 @@ class DecoderLayer(TransformerLayer):
         )
         if return_attention_scores:
             x, weights = x
-        results = (self.feed_forward(x, training=training),)
+        results = (
+            at_real_positions(lambda h: self.feed_forward(h, training=training), x, padding_mask),
+        )
         if return_attention_scores:
             results += (weights,)
         if cache_index is not None:
@@ -256,6 +266,7 @@ class Decoder(LayerStack):
                 encoder_output,
                 self_attention_mask=self_attention_mask,
                 cross_attention_mask=cross_attention_mask,
+                padding_mask=padding_mask if cache_index is None else None,
                 self_attention_cache=(
                     None if self_attention_caches is None else self_attention_caches[index]
                 ),

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_transformer.layers import masks
 from keras_transformer.layers.base import LayerStack, TransformerLayer
+from keras_transformer.layers.real_positions import at_real_positions
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -22,6 +23,8 @@ class EncoderLayer(TransformerLayer):
         x: `(batch, source_length, d_model)`.
         self_attention_mask: optional bool, broadcastable to `(batch, num_heads, source_length,
             source_length)`: `masks.attention_mask` of the source padding mask.
+        padding_mask: optional bool `(batch, source_length)`, True for real tokens: the
+            feed-forward sub-layer then runs at the real positions only (`at_real_positions`).
         return_attention_scores: also return `(batch, num_heads, source_length, source_length)`.
         training: enables dropout.
 
@@ -46,7 +49,8 @@ class EncoderLayer(TransformerLayer):
         self.feed_forward.build(input_shape)
         self.built = True
 
-    def call(self, x, self_attention_mask=None, return_attention_scores=False, training=None):
+    def call(self, x, self_attention_mask=None, padding_mask=None, return_attention_scores=False,
+             training=None):
         x = self.self_attention(
             x,
             attention_mask=self_attention_mask,
@@ -55,8 +59,10 @@ class EncoderLayer(TransformerLayer):
         )
         if return_attention_scores:
             x, weights = x
-            return self.feed_forward(x, training=training), weights
-        return self.feed_forward(x, training=training)
+        x = at_real_positions(
+            lambda h: self.feed_forward(h, training=training), x, padding_mask
+        )
+        return (x, weights) if return_attention_scores else x
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -96,5 +102,5 @@ class Encoder(LayerStack):
             length, length, query_padding_mask=padding_mask, key_padding_mask=padding_mask
         )
         for block in self.blocks:
-            x = block(x, self_attention_mask=mask, training=training)
+            x = block(x, self_attention_mask=mask, padding_mask=padding_mask, training=training)
         return self.normalize_output(x)

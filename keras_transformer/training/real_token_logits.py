@@ -51,5 +51,6 @@ class RealTokenLogits:
         positions = tf.where(tf.not_equal(labels, PAD_ID))
         hidden = tf.gather_nd(self.hidden(inputs, training=training), positions)
         # The head was built on (batch, length, d_model): the real positions form one row.
-        logits = self.head(hidden[tf.newaxis], training=training)[0]
+        # Squeezing is a reshape, whose gradient is free (slicing's is a full-size scatter).
+        logits = tf.squeeze(self.head(hidden[tf.newaxis], training=training), 0)
         return logits, tf.gather_nd(labels, positions)
