@@ -6,17 +6,21 @@ default) one process builds two encoder-decoder models of the same shape:
 - keras-hub: `keras_hub.layers.TokenAndPositionEmbedding` (learned positions),
   `TransformerEncoder` / `TransformerDecoder` (post-LN, ReLU, head width d_model / heads),
   explicit padding masks, dropout on the embeddings, a Dense output projection;
-- ours: `keras_transformer.build_transformer` (untied output projection, the same dropout).
+- ours: `keras_transformer.build_transformer` (untied output projection, the same dropout),
+  twice: trained by Keras' own train step, as keras-hub's model is ("ours, Keras step"), and by
+  the project's (`TokenWeightedSteps`, what `keras-transformer train` runs: its output
+  projection and loss see the real target positions only; "ours").
 
-Both train with Adam on the paper's schedule and the same loss,
+All train with Adam on the paper's schedule and the same loss,
 `keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)`, on identical
 batches: the Multi30k training stream (`--data-dir`; without it, the built-in number task), 64
 pairs a batch, each side padded to its batch's longest sentence, as the TensorFlow tutorial makes
 them (`train_multi30k.tutorial_dataset`, one dataset per model with the same seeded shuffle; two
 more are compared batch by batch first to prove the streams equal). After untimed warm-up steps
-the two models train in alternating short rounds, so both see the same load on a shared machine.
+the models train in alternating short rounds, so all see the same load on a shared machine.
 Reported per model: real (non-padding) target tokens per second, and FLOP utilisation: model FLOPs
-per second (counted from the padded shapes by `train_multi30k.transformer_flops`) over a matmul
+per second (counted from the padded shapes by `train_multi30k.transformer_flops`, so for the
+project's step, which skips much of the padding, a padded-equivalent rate) over a matmul
 rate measured in the same run (the better of a measurement before and one after the timed
 rounds), in float32 and, for the mixed policy, in bfloat16 as well.
 
@@ -148,11 +152,12 @@ def check_identical_batches(first, second, count: int = 3) -> None:
 
 
 def compare(precision: str, args, config, corpus, tokenizers) -> dict:
-    """Trains both models in alternating rounds under `precision`; returns their meters and the
+    """Trains the models in alternating rounds under `precision`; returns their meters and the
     matmul rates."""
     import keras
 
     from keras_transformer.model import build_transformer
+    from keras_transformer.training.accumulation import TokenWeightedSteps
 
     def batches():
         # A dataset each: one dataset iterated twice would reshuffle the second time.
@@ -165,7 +170,10 @@ def compare(precision: str, args, config, corpus, tokenizers) -> dict:
         keras.utils.set_random_seed(0)
         hub = compiled(keras_hub_model(config), config, args.jit_compile)
         keras.utils.set_random_seed(0)
+        ours_keras_step = compiled(build_transformer(config), config, args.jit_compile)
+        keras.utils.set_random_seed(0)
         ours = compiled(build_transformer(config), config, args.jit_compile)
+        TokenWeightedSteps(ours, trim=not args.jit_compile).install()
     finally:
         keras.config.set_dtype_policy(previous)
     print(f"[{precision}] parameters: keras-hub {hub.count_params():,}, "
@@ -174,6 +182,7 @@ def compare(precision: str, args, config, corpus, tokenizers) -> dict:
     rates = {dtype: matmul_flops_per_second(dtype) for dtype in dtypes}
     meters = {
         "keras-hub": SpeedMeter(hub, batches(), config, config.d_k),
+        "ours, Keras step": SpeedMeter(ours_keras_step, batches(), config, config.d_k),
         "ours": SpeedMeter(ours, batches(), config, config.d_k),
     }
     for meter in meters.values():
@@ -199,7 +208,7 @@ def print_table(shape: str, results: dict) -> None:
             flops = meter.flops / meter.seconds
             shares = [f"{flops / rates[dtype]:.0%}" if dtype in rates else "-"
                       for dtype in ("float32", "bfloat16")]
-            ratio = f"{speed['ours'] / speed['keras-hub']:.2f}x" if name == "ours" else ""
+            ratio = f"{speed[name] / speed['keras-hub']:.2f}x" if name != "keras-hub" else ""
             print(f"| {precision} | {name} | {speed[name]:,.0f} | {ratio} | {flops / 1e9:.1f} "
                   f"| {shares[0]} | {shares[1]} | {meter.steps} in {meter.seconds:.1f} s |")
     for precision, result in results.items():

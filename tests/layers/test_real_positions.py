@@ -1,0 +1,89 @@
+"""`at_real_positions`: a position-wise sub-layer computed at the real positions only gives the
+same real outputs and gradients as on every position, keeps padding's input, and the encoder and
+decoder stacks use it without changing a real output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.layers import Decoder, DecoderLayer, Encoder, EncoderLayer
+from keras_transformer.layers.real_positions import at_real_positions
+
+REAL = np.array([[True, True, True, False, False], [True, True, True, True, True],
+                 [True, False, False, False, False]])
+
+
+def inputs(seed: int = 0, length: int = 5) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(3, length, 8)).astype("float32")
+
+
+def feed_forward_sublayer():
+    """The feed-forward network inside its Add & Norm, as the encoder layers have it."""
+    return EncoderLayer(d_model=8, num_heads=2, d_ff=16).feed_forward
+
+
+def test_real_outputs_are_the_sublayers_and_padding_keeps_its_input():
+    sublayer, x = feed_forward_sublayer(), inputs()
+    out = np.asarray(at_real_positions(sublayer, x, REAL))
+    np.testing.assert_allclose(out[REAL], np.asarray(sublayer(x))[REAL], atol=1e-6)
+    np.testing.assert_array_equal(out[~REAL], x[~REAL])
+
+
+def test_gradients_equal_those_of_every_position():
+    sublayer, x = feed_forward_sublayer(), tf.constant(inputs())
+    weights = tf.constant(inputs(1))  # a loss that reads real positions only
+
+    def gradients(function):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(tf.boolean_mask(function(x) * weights, REAL))
+        return tape.gradient(loss, [x, *sublayer.trainable_weights])
+
+    packed = gradients(lambda h: at_real_positions(sublayer, h, REAL))
+    full = gradients(sublayer)
+    for got, expected in zip(packed, full, strict=True):
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_every_position_without_a_mask_and_under_xla():
+    sublayer, x = feed_forward_sublayer(), inputs()
+    np.testing.assert_array_equal(at_real_positions(sublayer, x, None), sublayer(x))
+    compiled = tf.function(lambda h: at_real_positions(sublayer, h, REAL), jit_compile=True)
+    np.testing.assert_allclose(compiled(x), sublayer(x), atol=1e-5)
+
+
+def test_encoder_real_outputs_equal_those_computed_on_every_position():
+    encoder = Encoder(num_layers=2, d_model=8, num_heads=2, d_ff=16)
+    x = inputs(2)
+    out = np.asarray(encoder(x, padding_mask=REAL))
+    # The same layers with the padding given to attention only: every position computed.
+    mask = REAL[:, None, None, :] & REAL[:, None, :, None]
+    expected = x
+    for block in encoder.blocks:
+        expected = block(expected, self_attention_mask=mask)
+    np.testing.assert_allclose(out[REAL], np.asarray(expected)[REAL], atol=1e-5)
+
+
+def test_decoder_real_outputs_equal_those_computed_on_every_position():
+    decoder = Decoder(num_layers=2, d_model=8, num_heads=2, d_ff=16)
+    x, encoder_output = inputs(3, length=5), inputs(4, length=4)
+    source = np.array([[True] * 4, [True, True, False, False], [True, True, True, False]])
+    out = np.asarray(decoder(x, encoder_output, padding_mask=REAL, encoder_padding_mask=source))
+    causal = np.tril(np.ones((5, 5), bool))
+    self_mask = causal & REAL[:, None, None, :] & REAL[:, None, :, None]
+    cross_mask = source[:, None, None, :] & REAL[:, None, :, None]
+    expected = x
+    for block in decoder.blocks:
+        expected = block(expected, encoder_output, self_attention_mask=self_mask,
+                         cross_attention_mask=cross_mask)
+    np.testing.assert_allclose(out[REAL], np.asarray(expected)[REAL], atol=1e-5)
+
+
+def test_a_cached_decoding_step_takes_no_padding_mask():
+    layer = DecoderLayer(d_model=8, num_heads=2, d_ff=16)
+    cache = (np.zeros((3, 2, 5, 4), "float32"),) * 2
+    with pytest.raises(ValueError, match="padding_mask"):
+        layer(inputs(length=1), inputs(), padding_mask=REAL[:, :1], self_attention_cache=cache,
+              cache_index=0)
