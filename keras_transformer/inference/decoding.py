@@ -29,7 +29,7 @@ from keras_transformer.inference.search import (
     write_column,
 )
 from keras_transformer.layers import padding_mask
-from keras_transformer.layers.attention import under_xla
+from keras_transformer.layers.xla import under_xla
 from keras_transformer.model import (
     DECODER,
     ENCODER,

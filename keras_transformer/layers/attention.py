@@ -7,7 +7,6 @@ import math
 import keras
 import tensorflow as tf
 from keras import ops
-from tensorflow.python.ops import control_flow_util  # no public way to ask "under XLA?"
 
 from keras_transformer.layers import masks
 from keras_transformer.layers.dropout import Dropout
@@ -16,6 +15,8 @@ from keras_transformer.layers.initializers import (
     get_initializer,
     serialize_initializer,
 )
+from keras_transformer.layers.real_positions import gather_real, real_positions, scatter_real
+from keras_transformer.layers.xla import under_xla
 
 
 def masked_softmax(scores, mask):
@@ -89,12 +90,6 @@ def weighted_values(weights, values, elementwise=None):
     )
 
 
-def under_xla() -> bool:
-    """Whether the graph being traced will be compiled by XLA (`jit_compile=True`), which needs
-    static shapes."""
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
 def _length(x, axis: int):
     """The size of `axis`: a Python int when known at trace time (a constant reshape), else a
     tensor. The batch size is left to reshape's -1, so a one-token decoding step needs no shape
@@ -154,12 +149,16 @@ class MultiHeadAttention(keras.layers.Layer):
             with a precomputed `cache`.
         key: `(batch, key_length, d_model)`; defaults to `value`.
         query_padding_mask: optional bool `(batch, query_length)`, True for real queries.
-        key_padding_mask: optional bool `(batch, key_length)`, True for real keys.
+            Without a `cache`, the query and output projections run at the real queries only
+            (`real_positions`), and padding queries' outputs are zero.
+        key_padding_mask: optional bool `(batch, key_length)`, True for real keys; without a
+            `cache`, the key and value projections run at the real keys only.
         use_causal_mask: mask keys in each query's future (decoder self-attention).
         attention_mask: optional precomputed bool mask broadcastable to `(batch, num_heads,
             query_length, key_length)` (see `masks.attention_mask`), used instead of
-            `query_padding_mask`, `key_padding_mask` and `use_causal_mask`: stacks compute it
-            once for all their layers.
+            `query_padding_mask`, `key_padding_mask` and `use_causal_mask` to mask scores:
+            stacks compute it once for all their layers (and give the padding masks too, for
+            the projections).
         cache: optional `(keys, values)`, each `(batch, num_heads, cache_length, d_k)`.
         cache_index: position at which to write the new keys/values into `cache`.
         return_attention_scores: also return the weights `(batch, num_heads, query_length,
@@ -270,20 +269,34 @@ class MultiHeadAttention(keras.layers.Layer):
             return ops.reshape(rows, (-1, 1, self.d_model))
         return self.output_dense(self._merge_heads(x))
 
-    def compute_key_value(self, value, key=None):
+    def _project_real(self, dense, real, positions, like):
+        """`dense` of the gathered rows `real` `(1, real, width)`, scattered back into the
+        positions of `like` `(batch, length, width)` (zeros elsewhere) and split into heads."""
+        return self._split_heads(scatter_real(dense(real), positions, like))
+
+    def compute_key_value(self, value, key=None, positions=None):
         """Projects and splits keys and values once, e.g. the encoder output for cross-attention.
 
         Args:
             value: `(batch, key_length, d_model)`.
             key: `(batch, key_length, d_model)`; defaults to `value`.
+            positions: optional `real_positions` of the keys: the projections run there only,
+                and keys and values are zero elsewhere.
 
         Returns:
             `(keys, values)`, each `(batch, num_heads, key_length, d_k)`.
         """
         key = value if key is None else key
+        if positions is None:
+            return (
+                self._project_heads(self.key_dense, key),
+                self._project_heads(self.value_dense, value),
+            )
+        real_value = gather_real(value, positions)
+        real_key = real_value if key is value else gather_real(key, positions)
         return (
-            self._project_heads(self.key_dense, key),
-            self._project_heads(self.value_dense, value),
+            self._project_real(self.key_dense, real_key, positions, key),
+            self._project_real(self.value_dense, real_value, positions, value),
         )
 
     def call(
@@ -313,12 +326,24 @@ class MultiHeadAttention(keras.layers.Layer):
                     "cache_index to write new ones into the cache"
                 )
             keys, values = cache
-        else:
-            keys, values = self.compute_key_value(query if value is None else value, key)
+        query_positions = key_positions = None
+        if cache is None:  # whole sequences: projections at their real positions only
+            query_positions = real_positions(query_padding_mask)
+            key_positions = (query_positions if key_padding_mask is query_padding_mask
+                             else real_positions(key_padding_mask))
+        if cache is None or cache_index is not None:
+            keys, values = self.compute_key_value(
+                query if value is None else value, key, positions=key_positions
+            )
             if cache_index is not None:
                 keys = write_to_cache(cache[0], cache_index, keys)
                 values = write_to_cache(cache[1], cache_index, values)
-        queries = self._project_heads(self.query_dense, query)
+        if query_positions is None:
+            queries = self._project_heads(self.query_dense, query)
+        else:
+            queries = self._project_real(
+                self.query_dense, gather_real(query, query_positions), query_positions, query
+            )
         queries = queries * ops.cast(1.0 / math.sqrt(self.d_k), queries.dtype)
         elementwise = None
         if queries.shape[2] == 1:
@@ -337,7 +362,11 @@ class MultiHeadAttention(keras.layers.Layer):
         attended = weighted_values(
             self.weights_dropout(weights, training=training), values, elementwise
         )
-        output = self._merge_and_project(attended)
+        if query_positions is None:
+            output = self._merge_and_project(attended)
+        else:
+            real = gather_real(self._merge_heads(attended), query_positions)
+            output = scatter_real(self.output_dense(real), query_positions, query)
         results = (output,)
         if return_attention_scores:
             results += (weights,)

@@ -48,8 +48,10 @@ class DecoderLayer(TransformerLayer):
             target_length, source_length)`: `masks.attention_mask` of the target and source
             padding masks.
         padding_mask: optional bool `(batch, target_length)`, True for real tokens: the
-            feed-forward sub-layer then runs at the real positions only (`at_real_positions`).
-            Not with `cache_index`.
+            projections and the feed-forward sub-layer then run at the real positions only
+            (`real_positions`). Not with `cache_index`.
+        encoder_padding_mask: optional bool `(batch, source_length)`, True for real source
+            tokens: the cross-attention's key and value projections then run there only.
         self_attention_cache: `(keys, values)`, each `(batch, num_heads, max_length, d_k)`, used
             with `cache_index` for step-by-step decoding.
         cross_attention_cache: `(keys, values)` of the encoder output from
@@ -92,6 +94,7 @@ class DecoderLayer(TransformerLayer):
         self_attention_mask=None,
         cross_attention_mask=None,
         padding_mask=None,
+        encoder_padding_mask=None,
         self_attention_cache=None,
         cross_attention_cache=None,
         cache_index=None,
@@ -111,6 +114,8 @@ class DecoderLayer(TransformerLayer):
         x = self.self_attention(
             x,
             attention_mask=self_attention_mask,
+            query_padding_mask=padding_mask,
+            key_padding_mask=padding_mask,
             cache=self_attention_cache,
             cache_index=cache_index,
             sublayer_options={"use_causal_mask": True},  # when no self_attention_mask is given
@@ -122,6 +127,8 @@ class DecoderLayer(TransformerLayer):
             x,
             encoder_output,
             attention_mask=cross_attention_mask,
+            query_padding_mask=padding_mask,
+            key_padding_mask=encoder_padding_mask,
             cache=cross_attention_cache,
             sublayer_options={"return_attention_scores": return_attention_scores},
             training=training,
@@ -267,6 +274,7 @@ class Decoder(LayerStack):
                 self_attention_mask=self_attention_mask,
                 cross_attention_mask=cross_attention_mask,
                 padding_mask=padding_mask if cache_index is None else None,
+                encoder_padding_mask=encoder_padding_mask,
                 self_attention_cache=(
                     None if self_attention_caches is None else self_attention_caches[index]
                 ),

@@ -24,7 +24,8 @@ class EncoderLayer(TransformerLayer):
         self_attention_mask: optional bool, broadcastable to `(batch, num_heads, source_length,
             source_length)`: `masks.attention_mask` of the source padding mask.
         padding_mask: optional bool `(batch, source_length)`, True for real tokens: the
-            feed-forward sub-layer then runs at the real positions only (`at_real_positions`).
+            projections and the feed-forward sub-layer then run at the real positions only
+            (`real_positions`).
         return_attention_scores: also return `(batch, num_heads, source_length, source_length)`.
         training: enables dropout.
 
@@ -54,6 +55,8 @@ class EncoderLayer(TransformerLayer):
         x = self.self_attention(
             x,
             attention_mask=self_attention_mask,
+            query_padding_mask=padding_mask,
+            key_padding_mask=padding_mask,
             sublayer_options={"return_attention_scores": return_attention_scores},
             training=training,
         )

@@ -14,6 +14,7 @@ MODULES = [
     "feed_forward",
     "masks",
     "positional_embedding",
+    "real_positions",
     "residual",
 ]
 

@@ -87,3 +87,19 @@ def test_a_cached_decoding_step_takes_no_padding_mask():
     with pytest.raises(ValueError, match="padding_mask"):
         layer(inputs(length=1), inputs(), padding_mask=REAL[:, :1], self_attention_cache=cache,
               cache_index=0)
+
+
+def test_attention_projects_real_queries_and_keys_only():
+    from keras_transformer.layers import MultiHeadAttention, attention_mask
+
+    attention = MultiHeadAttention(num_heads=2, d_model=8)
+    query, value = inputs(5), inputs(6, length=4)
+    keys_real = np.array([[True] * 4, [True, True, False, False], [True, False, False, False]])
+    mask = attention_mask(None, None, query_padding_mask=REAL, key_padding_mask=keys_real)
+    expected = np.asarray(attention(query, value, attention_mask=mask))
+    perturbed = value.copy()
+    perturbed[~keys_real] = 1e3  # keys and values never projected, so never read
+    out = np.asarray(attention(query, perturbed, attention_mask=mask, query_padding_mask=REAL,
+                               key_padding_mask=keys_real))
+    np.testing.assert_allclose(out[REAL], expected[REAL], atol=1e-5)
+    np.testing.assert_array_equal(out[~REAL], 0.0)
