@@ -54,7 +54,7 @@ SHAPES = {
     "small": dict(d_model=128, layers=2, heads=4, d_ff=512,
                   steps=60, warmup_steps=5, round_steps=10),
     "base": dict(d_model=512, layers=6, heads=8, d_ff=2048,
-                 steps=12, warmup_steps=3, round_steps=3),
+                 steps=12, warmup_steps=4, round_steps=3),
 }
 PRECISIONS = ("float32", "mixed_bfloat16")
 

@@ -52,6 +52,14 @@ def masked_softmax(scores, mask):
 # above it (large batches, beams) the matmul is faster.
 ELEMENTWISE_ATTENTION_LIMIT = 2**17
 
+# Projecting only the real positions of padded sequences saves products that grow as d_model^2
+# per position, and costs a gather and four scatters (and their gradients) that grow as d_model.
+# Trained on Multi30k batches of 64 padded to their longest pair (about half padding), in one
+# process, 2 CPU cores: at d_model 128 the step was 10% slower in float32 and 6% in bfloat16
+# with it; at d_model 512, 12% faster in float32 and even in bfloat16. From this width on, the
+# projections skip padding.
+REAL_POSITIONS_MIN_WIDTH = 512
+
 
 def dot_product_scores(queries, keys, elementwise=None):
     """`queries @ keys^T`: `(batch, heads, q, d_k), (batch, heads, k, d_k) -> (batch, heads, q, k)`.
@@ -149,10 +157,11 @@ class MultiHeadAttention(keras.layers.Layer):
             with a precomputed `cache`.
         key: `(batch, key_length, d_model)`; defaults to `value`.
         query_padding_mask: optional bool `(batch, query_length)`, True for real queries.
-            Without a `cache`, the query and output projections run at the real queries only
-            (`real_positions`), and padding queries' outputs are zero.
-        key_padding_mask: optional bool `(batch, key_length)`, True for real keys; without a
-            `cache`, the key and value projections run at the real keys only.
+            Without a `cache`, and from `d_model` `REAL_POSITIONS_MIN_WIDTH` on, the query
+            and output projections run at the real queries only (`real_positions`), and
+            padding queries' outputs are zero.
+        key_padding_mask: optional bool `(batch, key_length)`, True for real keys; the key and
+            value projections then run at the real keys only (as for the queries).
         use_causal_mask: mask keys in each query's future (decoder self-attention).
         attention_mask: optional precomputed bool mask broadcastable to `(batch, num_heads,
             query_length, key_length)` (see `masks.attention_mask`), used instead of
@@ -327,7 +336,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
             keys, values = cache
         query_positions = key_positions = None
-        if cache is None:  # whole sequences: projections at their real positions only
+        if cache is None and self.d_model >= REAL_POSITIONS_MIN_WIDTH:  # whole sequences
             query_positions = real_positions(query_padding_mask)
             key_positions = (query_positions if key_padding_mask is query_padding_mask
                              else real_positions(key_padding_mask))
