@@ -48,10 +48,11 @@ class DecoderLayer(TransformerLayer):
             target_length, source_length)`: `masks.attention_mask` of the target and source
             padding masks.
         padding_mask: optional bool `(batch, target_length)`, True for real tokens: the
-            projections and the feed-forward sub-layer then run at the real positions only
-            (`real_positions`). Not with `cache_index`.
+            feed-forward sub-layer (and, from `d_model` 512 on, attention's projections) then
+            runs at the real positions only (`real_positions`). Not with `cache_index`.
         encoder_padding_mask: optional bool `(batch, source_length)`, True for real source
-            tokens: the cross-attention's key and value projections then run there only.
+            tokens: from `d_model` 512 on, the cross-attention's key and value projections
+            then run there only.
         self_attention_cache: `(keys, values)`, each `(batch, num_heads, max_length, d_k)`, used
             with `cache_index` for step-by-step decoding.
         cross_attention_cache: `(keys, values)` of the encoder output from

@@ -24,8 +24,8 @@ class EncoderLayer(TransformerLayer):
         self_attention_mask: optional bool, broadcastable to `(batch, num_heads, source_length,
             source_length)`: `masks.attention_mask` of the source padding mask.
         padding_mask: optional bool `(batch, source_length)`, True for real tokens: the
-            projections and the feed-forward sub-layer then run at the real positions only
-            (`real_positions`).
+            feed-forward sub-layer (and, from `d_model` 512 on, attention's projections) then
+            runs at the real positions only (`real_positions`).
         return_attention_scores: also return `(batch, num_heads, source_length, source_length)`.
         training: enables dropout.
 
