@@ -36,7 +36,9 @@ TRAINED_RUN_SETTINGS = dict(
     batch_size=64,
     warmup_steps=50,
     learning_rate_scale=0.3,
-    vocab_size=150,
+    # 250 pieces make "null" two pieces: with 150 it was "n ##u ##l ##l", whose doubled piece
+    # the tiny model got wrong ("nul", "nulll") after 200 steps for 6 of 8 seeds and rates tried.
+    vocab_size=250,
     seed=0,
 )
 
