@@ -62,9 +62,6 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
          help="larger REST bodies / gRPC messages are refused (local server only)")
     flag("max_instances_per_request", type=int, default=1024,
          help="larger batches in one request are refused (local server only)")
-    flag("heap_trim_seconds", type=float, default=2,
-         help="hand free heap pages back to the OS this often; 0: never (local server only, "
-              "glibc)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +86,6 @@ class ServerOptions:
     load_retry_interval_seconds: float
     max_request_bytes: int
     max_instances_per_request: int
-    heap_trim_seconds: float
 
 
 def parse_text_proto(path: str, proto_class: type[message.Message]) -> message.Message:
@@ -185,5 +181,4 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
         max_request_bytes=args.max_request_bytes,
         max_instances_per_request=args.max_instances_per_request,
-        heap_trim_seconds=max(0.0, args.heap_trim_seconds),
     )

@@ -8,9 +8,7 @@ are therefore mapped on their own (`mallopt(M_MMAP_THRESHOLD)`), so that freeing
 them; afterwards the threshold is 32 MiB, the ceiling glibc's own adaptive threshold reaches,
 so serving keeps its large tensors on the heap (mapping every large block while serving cost
 10-60% of the translator's throughput). Threads share one malloc arena per CPU core
-(`limit_arenas`). While serving, the free pages that requests of changing shapes leave inside
-the heap are handed back every few seconds (`returning_freed_memory`). Other C libraries:
-nothing is changed.
+(`limit_arenas`). Other C libraries: nothing is changed.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-import threading
 from collections.abc import Iterator
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter numbers
@@ -79,33 +76,6 @@ def return_freed_memory() -> None:
     otherwise, a few hundred MB per version swap of a translator."""
     if _GLIBC is not None:
         _GLIBC.malloc_trim(0)
-
-
-@contextlib.contextmanager
-def returning_freed_memory(every_seconds: float) -> Iterator[None]:
-    """While inside, a daemon thread calls `return_freed_memory` every `every_seconds` (0: never).
-
-    glibc gives back only the free pages at the top of a heap by itself; requests whose shapes
-    keep changing leave free pages inside it, so a server's memory creeps up under steady load
-    (measured: a soak of 10,000 requests at concurrency 64 on the Multi30k export, +8% before
-    its version swap, flat with a trim every 2 s; one trim takes 1-2 ms).
-    """
-    if _GLIBC is None or every_seconds <= 0:
-        yield
-        return
-    stop = threading.Event()
-
-    def trim_until_stopped() -> None:
-        while not stop.wait(every_seconds):
-            _GLIBC.malloc_trim(0)
-
-    thread = threading.Thread(target=trim_until_stopped, name="heap-trim", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def resident_mib() -> int:

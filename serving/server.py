@@ -16,7 +16,6 @@ from serving.batching import BatchOptions
 from serving.errors import ServingError
 from serving.flags import ServerOptions, load_model_config, server_options
 from serving.grpc_service import add_services
-from serving.heap import returning_freed_memory
 from serving.model_manager import ModelManager
 from serving.monitoring import ServingMetrics
 from serving.prediction import Predictor
@@ -38,8 +37,7 @@ def serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         log.error("%s", error)
         return 2
-    with returning_freed_memory(options.heap_trim_seconds):
-        return asyncio.run(_serve(options, batching))
+    return asyncio.run(_serve(options, batching))
 
 
 async def _serve(options: ServerOptions, batching: BatchOptions | None) -> int:

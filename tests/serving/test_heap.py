@@ -76,39 +76,3 @@ def arenas(mode):
 def test_threads_share_one_arena_per_core():
     assert arenas("default") > 2  # glibc: up to 8 per core
     assert arenas("limited") == 1
-
-
-# Allocates 200 blocks of 1 MiB below the mmap threshold, each followed by a small block that
-# stays (so the freed ones sit inside the heap, which glibc does not shrink by itself), frees
-# the large ones, then prints how much of them is still resident, in MiB, after 0.5 s with or
-# without the trimming thread.
-TRIM_PROGRAM = textwrap.dedent("""
-    import sys, time
-    from serving.heap import resident_mib, returning_freed_memory
-
-    before = resident_mib()
-    kept, large = [], []
-    for _ in range(200):
-        block = bytearray(1 << 20)
-        block[::4096] = bytes(256)
-        large.append(block)
-        kept.append(bytearray(256))
-    del large
-    with returning_freed_memory(0.1 if sys.argv[1] == "trimmed" else 0):
-        time.sleep(0.5)
-        print(resident_mib() - before)
-""")
-
-
-def held_after_waiting(mode):
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20))
-    result = subprocess.run(
-        [sys.executable, "-c", TRIM_PROGRAM, mode], capture_output=True, text=True, check=True,
-        env=env,
-    )
-    return int(result.stdout)
-
-
-def test_the_trimming_thread_hands_free_pages_inside_the_heap_back():
-    assert held_after_waiting("untouched") >= 150
-    assert held_after_waiting("trimmed") <= 20
