@@ -136,10 +136,11 @@ class SequenceDecoder:
             return limits, min(source_length + DEFAULT_EXTRA_LENGTH, self.max_length)
         return limits, tf.minimum(source_length + DEFAULT_EXTRA_LENGTH, self.max_length)
 
-    def _next_token_log_probs(self):
+    def _next_token_logits(self):
         """The output projection, prepared once per decoding call for its loop: a function from
-        decoder outputs `(rows, d_model)` to next-token log-probabilities float32
-        `(rows, columns)`, with padding and START ruled out (never generated).
+        decoder outputs `(rows, d_model)` to next-token logits float32 `(rows, columns)`, with
+        padding and START ruled out (-inf: never generated). The searches normalise the tokens
+        they keep (`search.log_softmax_at`).
 
         The weights are cast to the compute dtype once, not at every step. `columns` is the
         vocabulary rounded up to a multiple of `TOP_K_BLOCK`, the added columns -inf, so that
@@ -162,14 +163,13 @@ class SequenceDecoder:
             transpose = True
         never = np.concatenate([self.banned_tokens, np.ones(extra, bool)])
 
-        def log_probs(decoded):
-            logits = tf.matmul(tf.cast(decoded, dtype), kernel, transpose_b=transpose)
+        def logits(decoded):
+            products = tf.matmul(tf.cast(decoded, dtype), kernel, transpose_b=transpose)
             if bias is not None:
-                logits = logits + bias
-            logits = tf.where(never, float("-inf"), tf.cast(logits, tf.float32))
-            return tf.nn.log_softmax(logits, axis=-1)
+                products = products + bias
+            return tf.where(never, float("-inf"), tf.cast(products, tf.float32))
 
-        return log_probs
+        return logits
 
     def _cached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
         """Step function, initial state (self-attention caches), state shapes and context
@@ -182,7 +182,7 @@ class SequenceDecoder:
         the start, and the causal mask hides the slots not yet written.
         """
         grow = not under_xla()
-        log_probs = self._next_token_log_probs()
+        logits = self._next_token_logits()
 
         def step_fn(tokens, step, caches, context):
             cross_caches, source_padding_mask = context
@@ -197,7 +197,7 @@ class SequenceDecoder:
                 cache_index=step,
                 training=False,
             )
-            return log_probs(decoded[:, 0]), caches
+            return logits(decoded[:, 0]), caches
 
         caches = self.decoder.initial_self_attention_caches(rows, 0 if grow else buffer_length)
         shapes = None
@@ -211,7 +211,7 @@ class SequenceDecoder:
     def _uncached_step(self, encoder_output, source_padding_mask, rows, buffer_length):
         """Step function re-running the decoder on the whole prefix; the state is the prefix
         (its shape is fixed), the context the encoder output and source padding mask."""
-        log_probs = self._next_token_log_probs()
+        logits = self._next_token_logits()
 
         def step_fn(tokens, step, prefix, context):
             encoder_output, source_padding_mask = context
@@ -222,7 +222,7 @@ class SequenceDecoder:
                 encoder_padding_mask=source_padding_mask,
                 training=False,
             )
-            return log_probs(decoded[:, -1]), prefix
+            return logits(decoded[:, -1]), prefix
 
         prefix = tf.zeros((rows, buffer_length), tf.int32)
         return step_fn, prefix, None, (encoder_output, source_padding_mask)

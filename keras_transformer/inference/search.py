@@ -1,7 +1,7 @@
 """Greedy and beam search over any step function, as `tf.while_loop`s.
 
 The searches know nothing of Transformers: a step function maps the latest tokens (and a state
-such as key/value caches) to next-token log-probabilities. Buffers have a fixed size
+such as key/value caches) to next-token logits. Buffers have a fixed size
 (`max_length`) and finished sequences are tracked with flags, so with every loop variable keeping
 its shape the loops run inside `tf.function` and under XLA (`jit_compile=True`).
 
@@ -13,12 +13,14 @@ rest of it made up with done rows, frozen), which keeps the shapes a loop sees t
 are the same either way.
 
 Step function contract:
-    `step_fn(tokens, step, state, context) -> (log_probs, state)` with `tokens` int32 `(rows,)`
+    `step_fn(tokens, step, state, context) -> (logits, state)` with `tokens` int32 `(rows,)`
     (the token chosen at the previous step, START at step 0), `step` an int32 scalar (the position
     being predicted), `state` a nest of tensors whose first axis is `rows` that the step changes
     (e.g. self-attention key/value caches), `context` a nest of tensors whose first axis is `rows`
     that it only reads (e.g. cross-attention keys/values and the source padding mask), and
-    `log_probs` float32 `(rows, vocab_size)`. Beam search reorders the state by gathering rows;
+    `logits` float32 `(rows, vocab_size)`, next-token log-probabilities up to a constant per row
+    (-inf for tokens never to be chosen; the searches normalise the few tokens they keep, see
+    `log_softmax_at`). Beam search reorders the state by gathering rows;
     rows are dropped from both. The state keeps its static shapes from step to step unless the
     search is given `state_shapes` with None where a size changes (caches that grow by one
     position per step; not under XLA, which needs static shapes).
@@ -114,6 +116,32 @@ def top_k(values, k):
     )
     block = tf.gather(best_blocks, position // TOP_K_BLOCK, batch_dims=1)
     return top_values, block * TOP_K_BLOCK + position % TOP_K_BLOCK
+
+
+def log_softmax_at(logits, best):
+    """`tf.nn.log_softmax(logits)` at the entries `best` of each row, the row's maximum first.
+
+    A search keeps a few tokens per row, so only they are normalised: the row's log-sum-exp is
+    reduced from `logits` without writing a vocabulary-wide table of log-probabilities (which
+    is what TensorFlow's log-softmax kernel does, the slowest vocabulary-wide op of a beam step).
+    The same formula as that kernel's: `(x - max) - log(sum(exp(logits - max)))`.
+
+    Args:
+        logits: float32 `(rows, n)`.
+        best: float32 `(rows, k)`, entries of `logits`, each row's maximum in column 0.
+
+    Returns:
+        float32 `(rows, k)`.
+
+    Example:
+        >>> logits = tf.constant([[1.0, 2.0, 3.0]])
+        >>> expected = tf.nn.log_softmax(logits)[:, ::-1]
+        >>> bool(tf.reduce_all(log_softmax_at(logits, logits[:, ::-1]) == expected))
+        True
+    """
+    top = best[:, :1]
+    total = tf.reduce_sum(tf.exp(logits - top), axis=-1, keepdims=True)
+    return (best - top) - tf.math.log(total)
 
 
 def _gather_rows(nest, rows):
@@ -365,12 +393,11 @@ def greedy_search(
         )
 
     def body(state: GreedyState) -> GreedyState:
-        log_probs, model_state = step_fn(
-            state.last, state.step, state.model_state, state.context
-        )
-        chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        chosen = tf.where(state.done, 0, chosen)
-        chosen_log_prob = tf.gather(log_probs, chosen, axis=1, batch_dims=1)
+        logits, model_state = step_fn(state.last, state.step, state.model_state, state.context)
+        best = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        best_logit = tf.gather(logits, best, axis=1, batch_dims=1)[:, None]
+        chosen_log_prob = log_softmax_at(logits, best_logit)[:, 0]
+        chosen = tf.where(state.done, 0, best)
         ended = tf.logical_and(tf.equal(chosen, end_id), stop_at_end)
         at_limit = state.step + 1 >= state.limits
         new = state._replace(
@@ -396,18 +423,19 @@ def _previous_tokens(state: BeamState, start_id: int):
     return tf.reshape(tf.where(state.step > 0, last, start_id), (-1,))
 
 
-def _expand(state: BeamState, log_probs, beam) -> Candidates:
+def _expand(state: BeamState, logits, beam) -> Candidates:
     """The `2 * beam` best extensions of each source's live prefixes by one token.
 
     Two stages: only a prefix's own `2 * beam` best tokens can be among its source's `2 * beam`
     best candidates, so the search over `beam * vocab` candidates shrinks to `beam * 2 * beam`.
 
     Args:
-        log_probs: float32 `(sources * beam, vocab)`, next-token log-probabilities.
+        logits: float32 `(sources * beam, vocab)`, next-token logits (see the step contract).
     """
     sources = tf.shape(state.alive_log_prob)[0]
-    per_prefix = _smaller(2 * beam, log_probs.shape[-1] or tf.shape(log_probs)[-1])
-    prefix_log_prob, prefix_token = top_k(log_probs, per_prefix)
+    per_prefix = _smaller(2 * beam, logits.shape[-1] or tf.shape(logits)[-1])
+    prefix_logit, prefix_token = top_k(logits, per_prefix)
+    prefix_log_prob = log_softmax_at(logits, prefix_logit)
     totals = state.alive_log_prob[:, :, None] + tf.reshape(prefix_log_prob, (sources, beam, -1))
     log_prob, index = tf.math.top_k(tf.reshape(totals, (sources, -1)), k=2 * beam)
     origin = index // per_prefix
@@ -574,10 +602,10 @@ def beam_search(
     )
 
     def body(state: BeamState) -> BeamState:
-        log_probs, model_state = step_fn(
+        logits, model_state = step_fn(
             _previous_tokens(state, start_id), state.step, state.model_state, state.context
         )
-        candidates = _expand(state, log_probs, beam)
+        candidates = _expand(state, logits, beam)
         is_end = tf.logical_and(tf.equal(candidates.token, end_id), stop_at_end)
         alive_log_prob, alive_tokens, origin = _surviving_prefixes(candidates, is_end, beam)
         length_norm = length_penalty(state.step + 1, alpha)

@@ -9,6 +9,7 @@ import keras_transformer.inference
 MODULES = [
     pytest.param("decoding", marks=pytest.mark.slow),  # traces a beam search
     "loading",  # needs an export on disk: its examples are skipped
+    "search",
     pytest.param("translator", marks=pytest.mark.slow),  # traces a beam search
 ]
 
