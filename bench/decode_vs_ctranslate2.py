@@ -119,7 +119,6 @@ def load_model(args):
 
 def transformer_spec(model, source_tokenizer, target_tokenizer):
     """The model's weights as a `ctranslate2.specs.TransformerSpec` (see the module docstring)."""
-    import keras
     import numpy as np
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -172,7 +171,7 @@ def transformer_spec(model, source_tokenizer, target_tokenizer):
     if encoder.norm_first:
         norm(spec.encoder.layer_norm, encoder.final_norm)
         norm(spec.decoder.layer_norm, decoder.final_norm)
-    if isinstance(layers.to_logits, keras.layers.Dense):
+    if layers.to_logits is not None:
         linear(spec.decoder.projection, [layers.to_logits])
     else:  # tied: logits = hidden @ embedding^T, no bias
         spec.decoder.projection.weight = spec.decoder.embeddings.weight

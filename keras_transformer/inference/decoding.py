@@ -11,8 +11,6 @@ every step, is kept as the reference for tests and benchmarks.
 
 from __future__ import annotations
 
-import functools
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -84,10 +82,8 @@ class SequenceDecoder:
             self.target_embedding = model.get_layer(TARGET_EMBEDDING)
         self.encoder = model.get_layer(ENCODER)
         self.decoder = model.get_layer(DECODER)
-        if LOGITS in layer_names:
-            self.to_logits = model.get_layer(LOGITS)
-        else:
-            self.to_logits = functools.partial(self.target_embedding, reverse=True)
+        # The output projection; None when the target embedding projects (tied weights).
+        self.to_logits = model.get_layer(LOGITS) if LOGITS in layer_names else None
         self.max_length = self.target_embedding.max_length
         self.start_id = start_id
         self.end_id = end_id
@@ -151,7 +147,7 @@ class SequenceDecoder:
         vocab_size = self.target_embedding.vocab_size
         extra = -vocab_size % TOP_K_BLOCK
         bias, transpose = None, False
-        if isinstance(self.to_logits, keras.layers.Dense):
+        if self.to_logits is not None:
             dtype = self.to_logits.compute_dtype
             kernel = tf.pad(tf.cast(self.to_logits.kernel, dtype), ((0, 0), (0, extra)))
             if self.to_logits.use_bias:
