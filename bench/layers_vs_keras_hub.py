@@ -7,22 +7,24 @@ default) one process builds two encoder-decoder models of the same shape:
   `TransformerEncoder` / `TransformerDecoder` (post-LN, ReLU, head width d_model / heads),
   explicit padding masks, dropout on the embeddings, a Dense output projection;
 - ours: `keras_transformer.build_transformer` (untied output projection, the same dropout),
-  twice: trained by Keras' own train step, as keras-hub's model is ("ours, Keras step"), and by
-  the project's (`TokenWeightedSteps`, what `keras-transformer train` runs: its output
-  projection and loss see the real target positions only; "ours").
+  twice: trained by Keras' own train step and loss, as keras-hub's model is ("ours, Keras
+  step"), and by the project's (`TokenWeightedSteps` with `MaskedSparseCategoricalCrossentropy`,
+  what `keras-transformer train` runs: its output projection and loss see the real target
+  positions only, and the loss has its own softmax-based gradient; "ours").
 
-All train with Adam on the paper's schedule and the same loss,
-`keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)`, on identical
-batches: the Multi30k training stream (`--data-dir`; without it, the built-in number task), 64
-pairs a batch, each side padded to its batch's longest sentence, as the TensorFlow tutorial makes
-them (`train_multi30k.tutorial_dataset`, one dataset per model with the same seeded shuffle; two
-more are compared batch by batch first to prove the streams equal). After untimed warm-up steps
-the models train in alternating short rounds, so all see the same load on a shared machine.
-Reported per model: real (non-padding) target tokens per second, and FLOP utilisation: model FLOPs
-per second (counted from the padded shapes by `train_multi30k.transformer_flops`, so for the
-project's step, which skips much of the padding, a padded-equivalent rate) over a matmul
-rate measured in the same run (the better of a measurement before and one after the timed
-rounds), in float32 and, for the mixed policy, in bfloat16 as well.
+All train with Adam on the paper's schedule and the same loss function, the mean cross-entropy of
+the real target tokens: `keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+ignore_class=0)`, and for "ours" the project's loss without label smoothing, which computes the same
+(a test checks it), on identical batches: the Multi30k training stream (`--data-dir`; without it,
+the built-in number task), 64 pairs a batch, each side padded to its batch's longest sentence, as
+the TensorFlow tutorial makes them (`train_multi30k.tutorial_dataset`, one dataset per model with
+the same seeded shuffle; two more are compared batch by batch first to prove the streams equal).
+After untimed warm-up steps the models train in alternating short rounds, so all see the same load
+on a shared machine. Reported per model: real (non-padding) target tokens per second, and FLOP
+utilisation: model FLOPs per second (counted from the padded shapes by
+`train_multi30k.transformer_flops`, so for the project's step, which skips much of the padding, a
+padded-equivalent rate) over a matmul rate measured in the same run (the better of a measurement
+before and one after the timed rounds), in float32 and, for the mixed policy, in bfloat16 as well.
 
 Shapes (`--shape`): `small` is d_model 128, 2+2 layers, 4 heads, d_ff 512 (the Multi30k recipe's
 size); `base` is the paper's base model, d_model 512, 6+6 layers, 8 heads, d_ff 2048, with fewer
@@ -124,8 +126,9 @@ def keras_hub_model(config):
                        name="keras_hub_transformer")
 
 
-def compiled(model, config, jit_compile: bool):
-    """`model` compiled with the loss and optimizer both sides share."""
+def compiled(model, config, jit_compile: bool, loss=None):
+    """`model` compiled with the optimizer all share and `loss` (default: Keras' sparse
+    cross-entropy ignoring padding)."""
     import keras
 
     from keras_transformer.training.schedules import TransformerSchedule
@@ -133,7 +136,8 @@ def compiled(model, config, jit_compile: bool):
     model.compile(
         optimizer=keras.optimizers.Adam(TransformerSchedule(config.d_model), beta_1=0.9,
                                         beta_2=0.98, epsilon=1e-9),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
+        loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                ignore_class=0),
         jit_compile=jit_compile,
     )
     return model
@@ -158,6 +162,7 @@ def compare(precision: str, args, config, corpus, tokenizers) -> dict:
 
     from keras_transformer.model import build_transformer
     from keras_transformer.training.accumulation import TokenWeightedSteps
+    from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 
     def batches():
         # A dataset each: one dataset iterated twice would reshuffle the second time.
@@ -172,7 +177,8 @@ def compare(precision: str, args, config, corpus, tokenizers) -> dict:
         keras.utils.set_random_seed(0)
         ours_keras_step = compiled(build_transformer(config), config, args.jit_compile)
         keras.utils.set_random_seed(0)
-        ours = compiled(build_transformer(config), config, args.jit_compile)
+        ours = compiled(build_transformer(config), config, args.jit_compile,
+                        loss=MaskedSparseCategoricalCrossentropy())
         TokenWeightedSteps(ours, trim=not args.jit_compile).install()
     finally:
         keras.config.set_dtype_policy(previous)

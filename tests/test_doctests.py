@@ -12,6 +12,7 @@ import pytest
     "keras_transformer.text.tokenizer",
     "keras_transformer.training.accumulation",
     "keras_transformer.training.evaluation",
+    "keras_transformer.training.losses",
     "keras_transformer.training.trainer",
     "serving.process",
 ])

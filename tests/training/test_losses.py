@@ -50,3 +50,28 @@ def test_gradient_is_softmax_minus_smoothed_target_over_real_tokens():
     softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     expected = np.where(real, (softmax - smoothed) / real.sum(), 0.0)
     np.testing.assert_allclose(gradient, expected, atol=1e-6)
+
+
+def test_a_label_far_below_the_best_logit_has_its_exact_loss():
+    # exp(-200) underflows in float32: a loss read off the label's probability would be wrong.
+    import tensorflow as tf
+
+    logits = tf.constant([[[200.0, 0.0, -3.0, 1.0]]])
+    labels = np.array([[1]])
+    loss = MaskedSparseCategoricalCrossentropy()(labels, logits)
+    expected = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    assert float(loss) == pytest.approx(float(expected[0, 0]), rel=1e-6)
+    assert float(loss) == pytest.approx(200.0, rel=1e-6)
+
+
+def test_without_smoothing_it_is_keras_sparse_crossentropy_ignoring_padding():
+    # The speed bench trains the project's model with this loss against keras-hub's with Keras'.
+    rng = np.random.default_rng(3)
+    labels = np.array([[5, 2, 7, 0, 0], [1, 3, 3, 9, 0]])
+    logits = rng.normal(scale=3.0, size=(2, 5, 10)).astype("float32")
+    keras_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)
+    np.testing.assert_allclose(
+        float(MaskedSparseCategoricalCrossentropy()(labels, logits)),
+        float(keras_loss(labels, logits)),
+        rtol=1e-6,
+    )
