@@ -12,6 +12,7 @@ from keras_transformer.inference.search import (
     beam_search,
     greedy_search,
     length_penalty,
+    log_softmax_at,
     top_k,
     write_column,
 )
@@ -284,3 +285,12 @@ def test_top_k_in_blocks_equals_tensorflows_top_k_with_ties(k):
     continuous = rng.normal(size=(rows, n)).astype(np.float32)
     np.testing.assert_array_equal(top_k(continuous, k)[1].numpy(),
                                   tf.math.top_k(continuous, k=k).indices.numpy())
+
+
+def test_log_softmax_at_the_kept_entries_equals_the_full_log_softmax():
+    rng = np.random.default_rng(5)
+    logits = rng.normal(scale=4.0, size=(6, 128)).astype("float32")
+    logits[:, [0, START]] = -np.inf  # never generated, as the decoder rules them out
+    values, indices = tf.math.top_k(logits, k=8)
+    expected = tf.gather(tf.nn.log_softmax(logits), indices, batch_dims=1)
+    np.testing.assert_allclose(log_softmax_at(tf.constant(logits), values), expected, atol=1e-5)
