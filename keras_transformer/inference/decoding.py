@@ -37,14 +37,23 @@ from keras_transformer.model import (
     TARGET_EMBEDDING,
 )
 
-# Pads a cache `(rows, heads, length, d_k)` with one zero slot at the end of its length axis.
-_ONE_MORE_SLOT = ((0, 0), (0, 0), (0, 1), (0, 0))
-
 
 def _static_or_dynamic(tensor, axis: int):
     """A dimension as a Python int when known at trace time (XLA needs static buffer sizes)."""
     static = tensor.shape[axis]
     return static if static is not None else tf.shape(tensor)[axis]
+
+
+def read_once(variables):
+    """`(variable, value)` pairs for `keras.StatelessScope`: each variable read once, here.
+
+    A decoding loop's step run in that scope uses these values instead of reading its
+    variables again at every step: one ReadVariableOp per kernel, bias and norm parameter per
+    step otherwise, 67 of a 3+3-layer model's ~400 ops per greedy step, where at batch 1 a
+    step's cost is mostly the dispatch of its ops.
+    """
+    unique = {id(variable): variable for variable in variables}.values()
+    return [(variable, tf.convert_to_tensor(variable.value)) for variable in unique]
 
 
 class SequenceDecoder:
@@ -171,28 +180,33 @@ class SequenceDecoder:
         """Step function, initial state (self-attention caches), state shapes and context
         (cross-attention keys/values, source padding mask) for `search`.
 
-        Outside XLA the caches hold exactly the positions decoded so far: each step appends one
-        slot that the decoder fills, so attention, cache writes and beam reordering cost the
-        current length, not `buffer_length` (with a 50-token margin, several times more on
-        most sentences). XLA needs static shapes: there the caches are `buffer_length` long from
-        the start, and the causal mask hides the slots not yet written.
+        Outside XLA the caches hold exactly the positions decoded so far: each step appends the
+        new token's keys and values (`append_to_cache`), so attention, cache writes and beam
+        reordering cost the current length, not `buffer_length` (with a 50-token margin, several
+        times more on most sentences). XLA needs static shapes: there the caches are
+        `buffer_length` long from the start, and the causal mask hides the slots not yet
+        written.
+
+        The step reads the target embedding's and the decoder's variables from values read once
+        per call (`read_once`), not at every step.
         """
         grow = not under_xla()
         logits = self._next_token_logits()
+        weights = read_once(self.target_embedding.weights + self.decoder.weights)
 
         def step_fn(tokens, step, caches, context):
             cross_caches, source_padding_mask = context
-            if grow:
-                caches = tf.nest.map_structure(lambda cache: tf.pad(cache, _ONE_MORE_SLOT), caches)
-            embedded = self.target_embedding(tokens[:, None], start_position=step)
-            decoded, caches = self.decoder(
-                embedded,
-                encoder_padding_mask=source_padding_mask,
-                self_attention_caches=caches,
-                cross_attention_caches=cross_caches,
-                cache_index=step,
-                training=False,
-            )
+            with keras.StatelessScope(weights):
+                embedded = self.target_embedding(tokens[:, None], start_position=step)
+                decoded, caches = self.decoder(
+                    embedded,
+                    encoder_padding_mask=source_padding_mask,
+                    self_attention_caches=caches,
+                    cross_attention_caches=cross_caches,
+                    cache_index=step,
+                    append_to_cache=grow,
+                    training=False,
+                )
             return logits(decoded[:, 0]), caches
 
         caches = self.decoder.initial_self_attention_caches(rows, 0 if grow else buffer_length)

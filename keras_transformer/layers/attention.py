@@ -143,6 +143,10 @@ class MultiHeadAttention(keras.layers.Layer):
           keys/values are written at `t` and the returned cache is the updated one. With
           `use_causal_mask=True` slots after the current position are masked, so the fixed-size
           cache keeps shapes static inside `tf.while_loop` and XLA.
+        - Growing self-attention cache (`append_to_cache=True`): the cache holds exactly the
+          positions before `cache_index` (start from zeros of length 0); the new keys/values are
+          appended to it, one copy of the cache instead of a padded slot and an in-place write,
+          and one new query attends to every key without a causal mask.
 
     Args:
         num_heads: number of heads; must divide `d_model`.
@@ -170,6 +174,8 @@ class MultiHeadAttention(keras.layers.Layer):
             the projections).
         cache: optional `(keys, values)`, each `(batch, num_heads, cache_length, d_k)`.
         cache_index: position at which to write the new keys/values into `cache`.
+        append_to_cache: the cache's length is `cache_index`: append the new keys/values to it
+            (see "Growing self-attention cache" above).
         return_attention_scores: also return the weights `(batch, num_heads, query_length,
             key_length)`.
         training: enables dropout.
@@ -319,6 +325,7 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_mask=None,
         cache=None,
         cache_index=None,
+        append_to_cache=False,
         return_attention_scores=False,
         training=None,
     ):
@@ -326,6 +333,11 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError(
                 "MultiHeadAttention: cache_index needs a cache to write the new keys and values "
                 "into (start from zeros of shape (batch, num_heads, max_length, d_k))"
+            )
+        if append_to_cache and cache_index is None:
+            raise ValueError(
+                "MultiHeadAttention: append_to_cache needs cache_index, the cache's length (the "
+                "position of the new keys and values)"
             )
         if cache is not None and cache_index is None:
             if value is not None or key is not None:
@@ -344,7 +356,10 @@ class MultiHeadAttention(keras.layers.Layer):
             keys, values = self.compute_key_value(
                 query if value is None else value, key, positions=key_positions
             )
-            if cache_index is not None:
+            if append_to_cache:
+                keys = ops.concatenate([cache[0], keys], axis=2)
+                values = ops.concatenate([cache[1], values], axis=2)
+            elif cache_index is not None:
                 keys = write_to_cache(cache[0], cache_index, keys)
                 values = write_to_cache(cache[1], cache_index, values)
         if query_positions is None:
@@ -364,7 +379,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 ops.shape(keys)[2],
                 query_padding_mask=query_padding_mask,
                 key_padding_mask=key_padding_mask,
-                use_causal_mask=use_causal_mask,
+                # One query appended after its cache has no key in its future.
+                use_causal_mask=use_causal_mask and not (append_to_cache and queries.shape[2] == 1),
                 offset=0 if cache_index is None else cache_index,
             )
         weights = masked_softmax(scores, attention_mask)

@@ -59,6 +59,9 @@ class DecoderLayer(TransformerLayer):
             `MultiHeadAttention.compute_key_value`, each `(batch, num_heads, source_length, d_k)`,
             instead of `encoder_output`.
         cache_index: position of `x`'s first token when decoding with a cache.
+        append_to_cache: the self-attention cache holds exactly the positions before
+            `cache_index`; the new keys and values are appended to it (see
+            `MultiHeadAttention`). `self_attention_mask` must then be None.
         return_attention_scores: also return the cross-attention weights
             `(batch, num_heads, target_length, source_length)`.
         training: enables dropout.
@@ -99,6 +102,7 @@ class DecoderLayer(TransformerLayer):
         self_attention_cache=None,
         cross_attention_cache=None,
         cache_index=None,
+        append_to_cache=False,
         return_attention_scores=False,
         training=None,
     ):
@@ -119,7 +123,8 @@ class DecoderLayer(TransformerLayer):
             key_padding_mask=padding_mask,
             cache=self_attention_cache,
             cache_index=cache_index,
-            sublayer_options={"use_causal_mask": True},  # when no self_attention_mask is given
+            # use_causal_mask: when no self_attention_mask is given
+            sublayer_options={"use_causal_mask": True, "append_to_cache": append_to_cache},
             training=training,
         )
         if cache_index is not None:
@@ -169,6 +174,9 @@ class Decoder(LayerStack):
         self_attention_caches: one `(keys, values)` per layer (with `cache_index`).
         cross_attention_caches: one `(keys, values)` per layer, instead of `encoder_output`.
         cache_index: position of `x`'s first token when decoding with caches.
+        append_to_cache: the self-attention caches hold exactly the positions before
+            `cache_index` (start from `initial_self_attention_caches` of length 0): each step
+            appends to them, so they grow by one position per token.
         return_attention_scores: also return the per-layer cross-attention weights, a tuple of
             `(batch, num_heads, target_length, source_length)`.
         training: enables dropout.
@@ -233,6 +241,7 @@ class Decoder(LayerStack):
         self_attention_caches=None,
         cross_attention_caches=None,
         cache_index=None,
+        append_to_cache=False,
         return_attention_scores=False,
         training=None,
     ):
@@ -256,14 +265,16 @@ class Decoder(LayerStack):
             key_length = query_length
         else:
             key_length = ops.shape(self_attention_caches[0][0])[2]
-        self_attention_mask = masks.attention_mask(
-            query_length,
-            key_length,
-            query_padding_mask=padding_mask,
-            key_padding_mask=padding_mask,
-            use_causal_mask=True,
-            offset=0 if cache_index is None else cache_index,
-        )
+        self_attention_mask = None  # appending: each layer's attention masks its own keys
+        if not append_to_cache:
+            self_attention_mask = masks.attention_mask(
+                query_length,
+                key_length,
+                query_padding_mask=padding_mask,
+                key_padding_mask=padding_mask,
+                use_causal_mask=True,
+                offset=0 if cache_index is None else cache_index,
+            )
         cross_attention_mask = masks.attention_mask(
             None, None, query_padding_mask=padding_mask, key_padding_mask=encoder_padding_mask
         )
@@ -283,6 +294,7 @@ class Decoder(LayerStack):
                     None if cross_attention_caches is None else cross_attention_caches[index]
                 ),
                 cache_index=cache_index,
+                append_to_cache=append_to_cache,
                 return_attention_scores=return_attention_scores,
                 training=training,
             )

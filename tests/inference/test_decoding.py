@@ -149,3 +149,18 @@ def test_cross_attention_is_a_distribution_over_real_source_tokens(decoder, sour
     assert weights.shape == (len(sources), 1, 4, 3, sources.shape[1])
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
     assert not weights[np.broadcast_to((sources == 0)[:, None, None, None], weights.shape)].any()
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam_search"])
+def test_the_decoding_loop_reads_no_variable(decoder, method):
+    # Variables are read once per call (`read_once`); the loop's steps use those values.
+    function = tf.function(getattr(decoder, method))
+    graph = function.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph
+    library = graph.as_graph_def().library.function
+    bodies = [f for f in library if "while_body" in f.signature.name]
+    assert bodies
+    reads_in_loop = [node.name for body in bodies for node in body.node_def
+                     if node.op == "ReadVariableOp"]
+    reads_before = [op.name for op in graph.get_operations() if op.type == "ReadVariableOp"]
+    assert reads_in_loop == []
+    assert len(reads_before) >= len(decoder.decoder.weights)

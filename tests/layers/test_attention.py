@@ -131,6 +131,24 @@ def test_cached_steps_equal_full_causal_attention(inputs):
         np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, step], atol=1e-5)
 
 
+def test_steps_appended_to_a_growing_cache_equal_full_causal_attention(inputs):
+    query, _, _, _ = inputs
+    attention = MultiHeadAttention(num_heads=HEADS, d_model=D_MODEL)
+    full = np.asarray(attention(query, query, use_causal_mask=True))
+    empty = np.zeros((BATCH, HEADS, 0, D_MODEL // HEADS), "float32")
+    cache = (empty, empty)
+    for step in range(QUERY_LEN):
+        token = query[:, step : step + 1]
+        out, cache = attention(token, token, use_causal_mask=True, cache=cache, cache_index=step,
+                               append_to_cache=True)
+        assert tuple(cache[0].shape) == (BATCH, HEADS, step + 1, D_MODEL // HEADS)
+        np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, step], atol=1e-5)
+    # The grown cache holds the same keys and values as projecting the whole sequence.
+    keys, values = attention.compute_key_value(query)
+    np.testing.assert_allclose(np.asarray(cache[0]), np.asarray(keys), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(cache[1]), np.asarray(values), atol=1e-6)
+
+
 def test_precomputed_keys_and_values_equal_projecting_each_time(inputs):
     query, value, _, key_mask = inputs
     attention = MultiHeadAttention(num_heads=HEADS, d_model=D_MODEL)
@@ -198,6 +216,9 @@ def test_cache_misuse_is_a_clear_error(inputs):
     attention = MultiHeadAttention(num_heads=HEADS, d_model=D_MODEL)
     with pytest.raises(ValueError, match="cache_index needs a cache"):
         attention(query[:, :1], cache_index=0)
+    empty = np.zeros((BATCH, HEADS, 0, D_MODEL // HEADS), "float32")
+    with pytest.raises(ValueError, match="append_to_cache needs cache_index"):
+        attention(query[:, :1], cache=(empty, empty), append_to_cache=True)
     with pytest.raises(ValueError, match="pass value=None and key=None"):
         attention(query, value, cache=attention.compute_key_value(value))
 

@@ -16,14 +16,16 @@ def batch():
     return target, encoder_output, source_mask
 
 
+@pytest.mark.parametrize("append_to_cache", [False, True])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_cached_step_by_step_equals_full_pass(batch, norm_first):
+def test_cached_step_by_step_equals_full_pass(batch, norm_first, append_to_cache):
     target, encoder_output, source_mask = batch
     decoder = Decoder(
         num_layers=2, d_model=D_MODEL, num_heads=HEADS, d_ff=16, norm_first=norm_first
     )
     full = np.asarray(decoder(target, encoder_output, encoder_padding_mask=source_mask))
-    self_caches = decoder.initial_self_attention_caches(2, 5)
+    # A fixed-size cache written in place, or one that grows from length 0.
+    self_caches = decoder.initial_self_attention_caches(2, 0 if append_to_cache else 5)
     cross_caches = decoder.cross_attention_caches(encoder_output)
     for step in range(5):
         out, self_caches = decoder(
@@ -32,6 +34,7 @@ def test_cached_step_by_step_equals_full_pass(batch, norm_first):
             self_attention_caches=self_caches,
             cross_attention_caches=cross_caches,
             cache_index=step,
+            append_to_cache=append_to_cache,
         )
         np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, step], atol=1e-5)
 
