@@ -49,7 +49,7 @@ def read_once(variables):
 
     A decoding loop's step run in that scope uses these values instead of reading its
     variables again at every step: one ReadVariableOp per kernel, bias and norm parameter per
-    step otherwise, 67 of a 3+3-layer model's ~400 ops per greedy step, where at batch 1 a
+    step otherwise, 67 of a 3+3-layer model's ~370 ops per greedy step, where at batch 1 a
     step's cost is mostly the dispatch of its ops.
     """
     unique = {id(variable): variable for variable in variables}.values()

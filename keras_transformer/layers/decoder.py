@@ -61,7 +61,7 @@ class DecoderLayer(TransformerLayer):
         cache_index: position of `x`'s first token when decoding with a cache.
         append_to_cache: the self-attention cache holds exactly the positions before
             `cache_index`; the new keys and values are appended to it (see
-            `MultiHeadAttention`). `self_attention_mask` must then be None.
+            `MultiHeadAttention`).
         return_attention_scores: also return the cross-attention weights
             `(batch, num_heads, target_length, source_length)`.
         training: enables dropout.
@@ -260,13 +260,13 @@ class Decoder(LayerStack):
         x = self.input_dropout(x, training=training)
         # Computed once for all layers. With caches, the keys are the cache's slots and the
         # queries sit at `cache_index`, so slots not yet written are in the future.
-        query_length = ops.shape(x)[1]
-        if self_attention_caches is None:
-            key_length = query_length
-        else:
-            key_length = ops.shape(self_attention_caches[0][0])[2]
         self_attention_mask = None  # appending: each layer's attention masks its own keys
         if not append_to_cache:
+            query_length = ops.shape(x)[1]
+            if self_attention_caches is None:
+                key_length = query_length
+            else:
+                key_length = ops.shape(self_attention_caches[0][0])[2]
             self_attention_mask = masks.attention_mask(
                 query_length,
                 key_length,

@@ -149,6 +149,18 @@ def test_steps_appended_to_a_growing_cache_equal_full_causal_attention(inputs):
     np.testing.assert_allclose(np.asarray(cache[1]), np.asarray(values), atol=1e-6)
 
 
+def test_several_queries_appended_at_once_stay_causal(inputs):
+    query, _, _, _ = inputs
+    attention = MultiHeadAttention(num_heads=HEADS, d_model=D_MODEL)
+    full = np.asarray(attention(query, query, use_causal_mask=True))
+    cache = attention.compute_key_value(query[:, :2])
+    block = query[:, 2:5]  # three new positions: each must not see the ones after it
+    out, cache = attention(block, block, use_causal_mask=True, cache=cache, cache_index=2,
+                           append_to_cache=True)
+    assert tuple(cache[0].shape)[2] == 5
+    np.testing.assert_allclose(np.asarray(out), full[:, 2:5], atol=1e-5)
+
+
 def test_precomputed_keys_and_values_equal_projecting_each_time(inputs):
     query, value, _, key_mask = inputs
     attention = MultiHeadAttention(num_heads=HEADS, d_model=D_MODEL)
