@@ -259,8 +259,9 @@ class Decoder(LayerStack):
                 )
         x = self.input_dropout(x, training=training)
         # Computed once for all layers. With caches, the keys are the cache's slots and the
-        # queries sit at `cache_index`, so slots not yet written are in the future.
-        self_attention_mask = None  # appending: each layer's attention masks its own keys
+        # queries sit at `cache_index`, so slots not yet written are in the future. Appending,
+        # the keys are the cache and the new positions: each layer's attention masks them.
+        self_attention_mask = None
         if not append_to_cache:
             query_length = ops.shape(x)[1]
             if self_attention_caches is None:
