@@ -17,10 +17,12 @@ from keras_transformer.layers import (
     attention_mask,
 )
 from keras_transformer.layers.attention import REAL_POSITIONS_MIN_WIDTH
-from keras_transformer.layers.real_positions import at_real_positions
+from keras_transformer.layers.real_positions import at_real_positions, bucketed_rows, gather_real
 
 REAL = np.array([[True, True, True, False, False], [True, True, True, True, True],
                  [True, False, False, False, False]])
+# 19 real positions: gathered as 20 rows (`bucketed_rows`), the extra one dropped again.
+MANY_REAL = np.arange(9)[None, :] < np.array([[9], [6], [4]])
 
 
 def inputs(seed: int = 0, length: int = 5) -> np.ndarray:
@@ -32,27 +34,47 @@ def feed_forward_sublayer():
     return EncoderLayer(d_model=8, num_heads=2, d_ff=16).feed_forward
 
 
-def test_real_outputs_are_the_sublayers_and_padding_keeps_its_input():
-    sublayer, x = feed_forward_sublayer(), inputs()
-    out = np.asarray(at_real_positions(sublayer, x, REAL))
-    np.testing.assert_allclose(out[REAL], np.asarray(sublayer(x))[REAL], atol=1e-6)
-    np.testing.assert_array_equal(out[~REAL], x[~REAL])
+@pytest.mark.parametrize("real", [REAL, MANY_REAL], ids=["9_real", "19_real"])
+def test_real_outputs_are_the_sublayers_and_padding_keeps_its_input(real):
+    sublayer, x = feed_forward_sublayer(), inputs(length=real.shape[1])
+    out = np.asarray(at_real_positions(sublayer, x, real))
+    np.testing.assert_allclose(out[real], np.asarray(sublayer(x))[real], atol=1e-6)
+    np.testing.assert_array_equal(out[~real], x[~real])
 
 
-def test_gradients_equal_those_of_every_position():
-    sublayer, x = feed_forward_sublayer(), tf.constant(inputs())
-    weights = tf.constant(inputs(1))  # a loss that reads real positions only
+@pytest.mark.parametrize("real", [REAL, MANY_REAL], ids=["9_real", "19_real"])
+def test_gradients_equal_those_of_every_position(real):
+    sublayer, x = feed_forward_sublayer(), tf.constant(inputs(length=real.shape[1]))
+    weights = tf.constant(inputs(1, length=real.shape[1]))  # a loss that reads real positions
 
     def gradients(function):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            loss = tf.reduce_sum(tf.boolean_mask(function(x) * weights, REAL))
+            loss = tf.reduce_sum(tf.boolean_mask(function(x) * weights, real))
         return tape.gradient(loss, [x, *sublayer.trainable_weights])
 
-    packed = gradients(lambda h: at_real_positions(sublayer, h, REAL))
+    packed = gradients(lambda h: at_real_positions(sublayer, h, real))
     full = gradients(sublayer)
     for got, expected in zip(packed, full, strict=True):
         np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_row_counts_are_bucketed_to_a_few_sizes_at_most_an_eighth_larger():
+    counts = np.arange(0, 5000)
+    buckets = bucketed_rows(tf.constant(counts, tf.int64)).numpy()  # elementwise
+    assert np.all(buckets >= counts)
+    np.testing.assert_array_equal(buckets[:17], counts[:17])
+    assert np.all(buckets[17:] <= counts[17:] * 1.125)
+    # 8 sizes per power of two: 83 kernel shapes for the counts up to 5,000, not 5,000.
+    assert len(set(buckets)) == 17 + 8 * 8 + 2  # 0 to 16, 8 per octave to 4096, 2 above
+
+
+def test_gathered_rows_are_topped_up_with_zero_rows():
+    x = inputs(length=MANY_REAL.shape[1])
+    rows = np.asarray(gather_real(x, tf.where(MANY_REAL)))
+    assert rows.shape == (1, 20, 8)
+    np.testing.assert_array_equal(rows[0, :19], x[MANY_REAL])
+    np.testing.assert_array_equal(rows[0, 19:], 0.0)
 
 
 def test_every_position_without_a_mask_and_under_xla():
