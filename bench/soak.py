@@ -354,7 +354,17 @@ async def soak(args: argparse.Namespace, base: Path, server: LocalServer,
         "first_version": first_version, "swapped": swapped[0] if swapped else None,
         "status": (status_code, status), "kinds": len(bads),
         "alive": server.process.poll() is None,
+        "allocator": allocator(server.process.pid),
     }
+
+
+def allocator(pid: int) -> str:
+    """The server's malloc: jemalloc where `serving.allocator` preloaded it, else the C library's."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return "unknown"
+    return "jemalloc (preloaded)" if "libjemalloc" in maps else "C library malloc"
 
 
 def percentiles(values: list[float]) -> str:
@@ -385,6 +395,7 @@ def report(args: argparse.Namespace, result: dict) -> int:
         ("malformed requests (kinds)", f"{bad:,} ({result['kinds']})", ""),
         ("malformed answered 4xx / 5xx / 2xx", f"{tally.bad_statuses[4]} / "
          f"{len(tally.bad_5xx)} / {len(tally.bad_accepted)}", "- / 0 / -"),
+        ("server allocator", result["allocator"], ""),
         ("server RSS loaded / after warm-up", f"{rss_loaded / 2**20:.0f} / "
          f"{rss_start / 2**20:.0f} MiB ({args.warmup:,} requests at concurrency "
          f"{args.concurrency})", ""),

@@ -3,7 +3,11 @@
 import argparse
 import sys
 
-from serving.heap import limit_arenas
+from serving.allocator import restart_with_jemalloc
+
+restart_with_jemalloc()  # where installed; first, as the program starts over
+
+from serving.heap import limit_arenas  # noqa: E402
 
 limit_arenas()  # before TensorFlow and the server start their threads
 

@@ -23,6 +23,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from serving.allocator import restart_with_jemalloc
+
+    restart_with_jemalloc()  # where installed (the command starts over, with it)
+    from serving.heap import limit_arenas
+
+    limit_arenas()  # under glibc's malloc, before the server starts its threads
     from serving.server import serve
 
     return serve(args)
