@@ -359,7 +359,7 @@ async def soak(args: argparse.Namespace, base: Path, server: LocalServer,
 
 
 def allocator(pid: int) -> str:
-    """The server's malloc: jemalloc where `serving.allocator` preloaded it, else the C library's."""
+    """The server's malloc: jemalloc where `serving.allocator` preloaded it, else libc's."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
