@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
@@ -78,6 +79,10 @@ def warmup_requests(
         (SERVING_SIGNATURE, "text", tf.make_tensor_proto(list(sentences[:1]), dtype=tf.string)),
         (TOKENS_SIGNATURE, "source_tokens", tf.make_tensor_proto(source_tokens.numpy())),
     ]
+    requests += [
+        (TOKENS_SIGNATURE, "source_tokens", tf.make_tensor_proto(tokens))
+        for tokens in xla_warmup_tokens(translator, source_tokens.numpy()[0])
+    ]
     logs = []
     for signature, input_name, tensor in requests:
         request = predict_pb2.PredictRequest(
@@ -90,6 +95,15 @@ def warmup_requests(
             )
         )
     return logs
+
+
+def xla_warmup_tokens(translator: Translator, sentence_tokens) -> list[np.ndarray]:
+    """Source ids, int64 `(batch, length)`, one for every shape that a `Translator` with
+    `xla_max_batch` compiles (`Translator.xla_shapes`; none without XLA), so that the warmup
+    replay compiles them all before the first request. Each row repeats `sentence_tokens` to
+    the length."""
+    return [np.tile(np.resize(sentence_tokens, length), (batch, 1)).astype(np.int64)
+            for batch, length in translator.xla_shapes()]
 
 
 def write_warmup_file(path: str | os.PathLike, logs: Sequence) -> None:
@@ -143,7 +157,7 @@ def export_translator(
         tf.saved_model.save(translator, os.fspath(staging), signatures=translator.signatures())
         write_warmup_file(staging / WARMUP_FILE, warmup_requests(translator, sentences, base.name))
         decoding = dict(beam_width=translator.beam_width, alpha=translator.alpha,
-                        max_length=translator.max_length)
+                        max_length=translator.max_length, xla_max_batch=translator.xla_max_batch)
         write_model_card(staging, export_card(staging, decoding, card))
         os.rename(staging, final)
     except BaseException:
@@ -161,6 +175,7 @@ def export_run(
     beam_width: int | None = None,
     alpha: float | None = None,
     max_length: int | None = None,
+    xla_max_batch: int = 0,
     warmup_sentences: Sequence[str] | None = None,
 ) -> Path:
     """Exports the best model of a training run with its tokenizers.
@@ -168,8 +183,8 @@ def export_run(
     Args:
         run_dir: a run directory written by `keras-transformer train`.
         base_dir, version, warmup_sentences: see `export_translator`.
-        beam_width, alpha, max_length: decoding options baked into the export (see
-            `Translator`); with neither `beam_width` nor `alpha`, the ones the run chose on
+        beam_width, alpha, max_length, xla_max_batch: decoding options baked into the export
+            (see `Translator`); with neither `beam_width` nor `alpha`, the ones the run chose on
             validation (`tune_decoding`), and the library's defaults for what is still unset.
 
     A mixed-precision model is exported with its weights in its compute dtype
@@ -188,6 +203,7 @@ def export_run(
         beam_width=beam_width,
         alpha=alpha,
         max_length=max_length,
+        xla_max_batch=xla_max_batch,
     )
     return export_translator(
         translator, base_dir, version=version, warmup_sentences=warmup_sentences,

@@ -14,7 +14,7 @@ Card fields (JSON; absent where unknown):
                     "validation": {"files", "pairs", "held_out_fraction"}}
     training       {"epochs", "steps", "seconds", "settings": TrainingSettings fields}
     validation     the kept model's {"val_loss", "val_bleu", "bleu_signature", "bleu_sentences"}
-    decoding       export only: {"beam_width", "alpha", "max_length"}
+    decoding       export only: {"beam_width", "alpha", "max_length", "xla_max_batch"}
     signatures     export only: {name: {"inputs": {name: {"dtype", "shape"}}, "outputs": ...}}
     trained_with   {"keras_transformer", "git_commit", "git_dirty", "tensorflow", "keras"}
     exported_with  export only, as trained_with

@@ -174,9 +174,13 @@ class FakeTranslator:
         self.source_tokenizer = source_tokenizer
         self.fail = fail
         self.beam_width, self.alpha, self.max_length = 3, 0.5, None
+        self.xla_max_batch, self.shapes = 0, []
 
     def signatures(self):
         return {}
+
+    def xla_shapes(self):
+        return self.shapes
 
 
 @pytest.fixture
@@ -195,7 +199,8 @@ def test_versions_count_up_from_the_highest(translator, fake_save, tmp_path):
     assert [path.name for path in exported] == ["1", "2", "7", "8"]
     assert export.versions(base) == [1, 2, 7, 8]
     card = json.loads((exported[-1] / "assets.extra" / "model_card.json").read_text())
-    assert card["decoding"] == {"beam_width": 3, "alpha": 0.5, "max_length": None}
+    assert card["decoding"] == {"beam_width": 3, "alpha": 0.5, "max_length": None,
+                                "xla_max_batch": 0}
     assert card["signatures"] == {}
     with pytest.raises(FileExistsError):
         export.export_translator(translator, base, version=2)
@@ -214,3 +219,17 @@ def test_failed_export_leaves_nothing_behind(translator, fake_save, tmp_path):
     with pytest.raises(OSError, match="disk full"):
         export.export_translator(translator, base)
     assert os.listdir(base) == []
+
+
+def test_warmup_compiles_every_shape_decoded_under_xla(translator):
+    translator.shapes = [(1, 16), (1, 24), (2, 16)]
+    requests = [log.predict_log.request
+                for log in export.warmup_requests(translator, ["one two", "three"], "m")]
+    xla = [tf.make_ndarray(request.inputs["source_tokens"]) for request in requests[3:]]
+    assert [tokens.shape for tokens in xla] == translator.shapes
+    assert {request.model_spec.signature_name for request in requests[3:]} == {
+        "translate_tokens"}
+    sentence = tf.make_ndarray(requests[2].inputs["source_tokens"])[0]  # "one two", tokenized
+    for tokens in xla:  # the sentence repeated to the length, in every row
+        np.testing.assert_array_equal(tokens[:, : len(sentence)],
+                                      np.broadcast_to(sentence, (len(tokens), len(sentence))))

@@ -79,7 +79,8 @@ def test_the_card_says_what_the_run_directory_says(card, trained_run_dir):
     assert card["validation"]["val_loss"] == pytest.approx(min(run.history["val_loss"]),
                                                            rel=1e-5)
     assert card["trained_with"] == info["software"]
-    assert card["decoding"] == {"beam_width": 2, "alpha": DEFAULT_ALPHA, "max_length": None}
+    assert card["decoding"] == {"beam_width": 2, "alpha": DEFAULT_ALPHA, "max_length": None,
+                                "xla_max_batch": 0}
 
 
 def test_the_card_names_the_git_commit_and_the_version(card, exported):

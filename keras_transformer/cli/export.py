@@ -39,6 +39,12 @@ def add_parser(subparsers) -> None:
         help="most target tokens (default: source length + 50, capped at the model's)",
     )
     parser.add_argument(
+        "--xla-max-batch", type=int, default=0, metavar="N",
+        help="decode calls of at most N sentences under XLA: ~2x faster at batch 1 on CPU, one "
+        "compilation per batch size and source length multiple of 16 at load (warmup); "
+        "TF Serving then needs --xla_cpu_compilation_enabled=true (default: 0, no XLA)",
+    )
+    parser.add_argument(
         "--warmup-file", type=Path,
         help="source sentences (one per line) for the warmup requests "
         "(default: a few made of vocabulary words)",
@@ -64,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             beam_width=args.beam,
             alpha=args.alpha,
             max_length=args.max_length,
+            xla_max_batch=args.xla_max_batch,
             warmup_sentences=sentences,
         )
     except (FileNotFoundError, FileExistsError, ValueError) as error:

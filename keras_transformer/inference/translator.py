@@ -23,6 +23,10 @@ OPTIONS_SIGNATURE = "translate_with_options"
 ATTENTION_SIGNATURE = "attention"
 
 
+# Under XLA, source lengths are padded to a multiple of this: one compilation per multiple.
+XLA_SOURCE_LENGTH_MULTIPLE = 16
+
+
 def _trim_padding(tokens):
     """Drops the columns that are padding in every row: `(batch, length)` -> `(batch, longest)`."""
     lengths = tf.reduce_sum(tf.cast(tokens != 0, tf.int32), axis=1)
@@ -47,6 +51,13 @@ class Translator(tf.Module):
         alpha: GNMT length-penalty exponent (scores, and beam rankings).
         max_length: most target tokens per sentence; default source length +
             `DEFAULT_EXTRA_LENGTH`, capped at the model's `max_length`.
+        xla_max_batch: calls of at most this many sentences decode under XLA
+            (`jit_compile=True`), the others as usual (0: none). At batch 1 XLA decodes ~2x
+            faster on CPU, where a step's cost is mostly dispatching its ~300 ops; at batch 32 it
+            is slower (no finished rows leave its loop, caches are full-length). XLA compiles
+            once per batch size and source length, so source lengths are padded to a multiple
+            of `XLA_SOURCE_LENGTH_MULTIPLE` (the translations do not change); TensorFlow Serving
+            runs such an export only with `--xla_cpu_compilation_enabled=true`.
 
     Example:
         >>> from keras_transformer import TransformerConfig, build_transformer
@@ -71,17 +82,22 @@ class Translator(tf.Module):
         beam_width: int = DEFAULT_BEAM_WIDTH,
         alpha: float = DEFAULT_ALPHA,
         max_length: int | None = None,
+        xla_max_batch: int = 0,
     ):
         super().__init__(name="translator")
         if beam_width < 1:
             raise ValueError(f"beam_width must be a positive integer, got {beam_width}")
+        if xla_max_batch < 0:
+            raise ValueError(f"xla_max_batch must be >= 0, got {xla_max_batch}")
         self.model = model
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.beam_width = beam_width
         self.alpha = alpha
         self.max_length = max_length
+        self.xla_max_batch = xla_max_batch
         self._decoder = SequenceDecoder(model, target_tokenizer.start_id, target_tokenizer.end_id)
+        self._decode_under_xla = tf.function(self._decode, jit_compile=True)
 
     def _source_tokens(self, text):
         """Strings `(batch,)` -> int64 `(batch, source_length)`, 0-padded, trimmed to fit the
@@ -89,15 +105,39 @@ class Translator(tf.Module):
         ids = self.source_tokenizer.tokenize(text)
         return ids[:, : self._decoder.max_length].to_tensor(default_value=0)
 
-    def _translate_ids(self, source_tokens):
-        return self._outputs(
-            *self._decoder.decode(
-                source_tokens,
-                beam_width=self.beam_width,
-                alpha=self.alpha,
-                max_length=self.max_length,
-            )
+    def _decode(self, source_tokens):
+        return self._decoder.decode(
+            source_tokens, beam_width=self.beam_width, alpha=self.alpha, max_length=self.max_length
         )
+
+    def _translate_ids(self, source_tokens):
+        if not self.xla_max_batch:
+            return self._outputs(*self._decode(source_tokens))
+        tokens, scores = tf.cond(
+            tf.shape(source_tokens)[0] <= self.xla_max_batch,
+            lambda: self._decode_under_xla(self._padded_for_xla(source_tokens)),
+            lambda: self._decode(source_tokens),
+        )
+        return self._outputs(tokens, scores)
+
+    def xla_shapes(self) -> list[tuple[int, int]]:
+        """The source shapes `(batch, length)` decoded under XLA, one compilation each: every
+        batch size up to `xla_max_batch`, every length multiple of `XLA_SOURCE_LENGTH_MULTIPLE`
+        up to the model's `max_length` (and it)."""
+        longest = self._decoder.max_length
+        lengths = sorted({min(length, longest) for length in range(
+            XLA_SOURCE_LENGTH_MULTIPLE, longest + XLA_SOURCE_LENGTH_MULTIPLE,
+            XLA_SOURCE_LENGTH_MULTIPLE)})
+        return [(batch, length) for batch in range(1, self.xla_max_batch + 1)
+                for length in lengths]
+
+    def _padded_for_xla(self, source_tokens):
+        """Source ids with their length padded up to a multiple of
+        `XLA_SOURCE_LENGTH_MULTIPLE`, at most the model's `max_length`."""
+        length = tf.shape(source_tokens)[1]
+        padded = -(-length // XLA_SOURCE_LENGTH_MULTIPLE) * XLA_SOURCE_LENGTH_MULTIPLE
+        extra = tf.maximum(tf.minimum(padded, self._decoder.max_length) - length, 0)
+        return tf.pad(source_tokens, [[0, 0], [0, extra]])
 
     def _outputs(self, tokens, scores):
         tokens = tf.cast(_trim_padding(tokens), tf.int64)

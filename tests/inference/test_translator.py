@@ -103,3 +103,38 @@ def test_outputs_are_float32_under_mixed_precision(word_tokenizer):
         dtypes = {key: spec.dtype for key, spec in function.structured_outputs.items()}
         assert set(dtypes.values()) <= {tf.string, tf.float32, tf.int64}, name
     assert mixed.translate(tf.constant(["one two"]))["score"].dtype == tf.float32
+
+
+def compiled_function_calls(function) -> list[str]:
+    """Names of the functions that a `tf.function`'s graph calls with `jit_compile=True`."""
+    graph = function.get_concrete_function().graph.as_graph_def()
+    return [f.signature.name for f in graph.library.function if f.attr["_XlaMustCompile"].b]
+
+
+def test_single_sentences_decode_under_xla_with_the_same_translations(
+    translator, reverse_model, word_tokenizer, tmp_path
+):
+    xla = Translator(reverse_model, word_tokenizer, word_tokenizer, beam_width=3, alpha=0.6,
+                     xla_max_batch=1)
+    assert compiled_function_calls(xla.translate) and not compiled_function_calls(
+        translator.translate)
+    batches = [[sentence] for sentence in SENTENCES] + [SENTENCES]  # XLA, XLA, XLA, not
+    tf.saved_model.save(xla, str(tmp_path), signatures=xla.signatures())
+    served = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]
+    for batch in batches:
+        expected = translator.translate(tf.constant(batch))
+        for outputs in (xla.translate(tf.constant(batch)), served(text=tf.constant(batch))):
+            np.testing.assert_array_equal(outputs["tokens"].numpy(), expected["tokens"].numpy())
+            np.testing.assert_allclose(outputs["score"].numpy(), expected["score"].numpy(),
+                                       rtol=1e-5)
+
+
+def test_xla_compiles_every_batch_size_up_to_its_limit_at_each_length_multiple(
+    reverse_model, word_tokenizer
+):
+    # max_length 24: lengths padded to 16, and to 24 (not 32) above.
+    xla = Translator(reverse_model, word_tokenizer, word_tokenizer, xla_max_batch=2)
+    assert xla.xla_shapes() == [(1, 16), (1, 24), (2, 16), (2, 24)]
+    assert Translator(reverse_model, word_tokenizer, word_tokenizer).xla_shapes() == []
+    with pytest.raises(ValueError, match="xla_max_batch"):
+        Translator(reverse_model, word_tokenizer, word_tokenizer, xla_max_batch=-1)
