@@ -13,10 +13,11 @@ Prints figures, asserts nothing. Steps, in one process:
    generates them.
 3. Exports to a work directory with `keras_transformer.export.export_translator` (float32; greedy
    and beam 4 as two exports, each with its warmup file), and for a mixed-precision run
-   also the run as shipped (`export_run`, what `keras-transformer export` writes). The project is
-   timed through `serving.servable.Servable`: the exported SavedModel loaded and called exactly as
-   the model server does (strings in, tokenizer and search inside the graph; TensorFlow uses both
-   cores).
+   also the run as shipped (`export_run`, what `keras-transformer export` writes); with
+   `--xla-max-batch N`, also float32 exports that decode calls of up to N sentences under XLA
+   (`project fp32 XLA`). The project is timed through `serving.servable`: the exported SavedModel
+   loaded, its warmup file replayed, and called exactly as the model server does (strings in,
+   tokenizer and search inside the graph; TensorFlow uses both cores).
 4. Agreement: greedy float32 outputs of both, token for token, on `--check-sentences` sentences.
 5. Speed on the same `--sentences` sentences (`--sentences-file`, Multi30k's validation German by
    default) for greedy and beam 4 at batch 1 and 32, in alternating rounds of `--round-sentences`
@@ -30,7 +31,7 @@ Prints figures, asserts nothing. Steps, in one process:
    default) loaded by `Servable` (a cold first call, and the first call after replaying the
    export's warmup file, as TF Serving and the local server do at load), and CTranslate2's model.
 
-    python bench/decode_vs_ctranslate2.py --run runs/m30k_60min
+    python bench/decode_vs_ctranslate2.py --run runs/m30k_60min [--xla-max-batch 1]
     python bench/decode_vs_ctranslate2.py --random-base --vocab runs/m30k_60min/vocab \
         --sentences 32 --check-sentences 32
 
@@ -53,7 +54,7 @@ sys.path.insert(0, str(REPO_ROOT))
 BEAM_WIDTH = 4
 ALPHA = 0.6
 SETTINGS = ((1, 1), (1, 32), (BEAM_WIDTH, 1), (BEAM_WIDTH, 32))  # (beam width, batch size)
-PROJECT, SHIPPED = "project fp32", "project as shipped"
+PROJECT, SHIPPED, PROJECT_XLA = "project fp32", "project as shipped", "project fp32 XLA"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -74,6 +75,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--round-sentences", type=int, default=32,
                         help="sentences per system in each alternating round")
     parser.add_argument("--int8", action="store_true", help="also CTranslate2 int8, one thread")
+    parser.add_argument("--xla-max-batch", type=int, default=0, metavar="N",
+                        help="also a float32 export decoding calls of up to N sentences under "
+                        "XLA (`keras-transformer export --xla-max-batch`), timed and compared "
+                        "as another project system")
     parser.add_argument("--no-shipped", action="store_true",
                         help="skip the run's own export when its precision is not float32")
     parser.add_argument("--work-dir", type=Path, help="where exports and the CTranslate2 model "
@@ -197,13 +202,15 @@ def convert(spec, output_dir: Path) -> Path:
     return Path(SpecConverter().convert(str(output_dir), quantization="float32", force=True))
 
 
-def export(model, source_tokenizer, target_tokenizer, base: Path, beam_width: int, warmup):
-    """A float32 export of `model` with `beam_width` baked in: `base/1/`."""
+def export(model, source_tokenizer, target_tokenizer, base: Path, beam_width: int, warmup,
+           xla_max_batch: int = 0):
+    """A float32 export of `model` with `beam_width` (and `xla_max_batch`) baked in:
+    `base/1/`."""
     from keras_transformer.export import export_translator
     from keras_transformer.inference.translator import Translator
 
     translator = Translator(model, source_tokenizer, target_tokenizer, beam_width=beam_width,
-                            alpha=ALPHA)
+                            alpha=ALPHA, xla_max_batch=xla_max_batch)
     return export_translator(translator, base, version=1, warmup_sentences=warmup)
 
 
@@ -345,16 +352,20 @@ def child(arguments: list[str]) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def print_speed(table: dict, names: list[str], ct2_names: list[str]) -> None:
-    reference = PROJECT
+def print_speed(table: dict, names: list[str], ct2_names: list[str],
+                references: list[str]) -> None:
+    """The speed table: every system's sentences/s, and each CTranslate2 system's against
+    each of the project's `references`."""
+    pairs = [(ct2, reference) for reference in references for ct2 in ct2_names]
     header = " | ".join(f"{name} sent/s (tokens/sent)" for name in names)
-    ratios = " | ".join(f"{name} / {reference}" for name in ct2_names)
+    ratios = " | ".join(f"{ct2} / {reference}" for ct2, reference in pairs)
     print(f"\n| setting | {header} | {ratios} |")
-    print("|---" * (1 + len(names) + len(ct2_names)) + "|")
+    print("|---" * (1 + len(names) + len(pairs)) + "|")
     for (beam_width, batch_size), speeds in table.items():
         setting = f"{'greedy' if beam_width == 1 else f'beam {beam_width}'}, batch {batch_size}"
         cells = " | ".join(f"{speeds[name][0]:,.1f} ({speeds[name][1]:.1f})" for name in names)
-        ratio = " | ".join(f"{speeds[name][0] / speeds[reference][0]:.2f}x" for name in ct2_names)
+        ratio = " | ".join(f"{speeds[ct2][0] / speeds[reference][0]:.2f}x"
+                           for ct2, reference in pairs)
         print(f"| {setting} | {cells} | {ratio} |")
 
 
@@ -373,7 +384,7 @@ def main(argv=None) -> int:
     from keras_transformer.export import export_run
     from keras_transformer.inference.decoding import SequenceDecoder
     from keras_transformer.model import ENCODER
-    from serving.servable import Servable
+    from serving.servable import load_servable
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="decode-vs-ct2-"))
     lines = args.sentences_file.read_text(encoding="utf-8").splitlines()
@@ -398,6 +409,10 @@ def main(argv=None) -> int:
     shipped = shipped_dtype not in (None, "float32") and not args.no_shipped
     exporters = {PROJECT: lambda base, beam_width: export(
         model, source_tokenizer, target_tokenizer, base, beam_width, sentences[:3])}
+    if args.xla_max_batch:
+        exporters[PROJECT_XLA] = lambda base, beam_width: export(
+            model, source_tokenizer, target_tokenizer, base, beam_width, sentences[:3],
+            xla_max_batch=args.xla_max_batch)
     if shipped:  # what `keras-transformer export` writes
         exporters[SHIPPED] = lambda base, beam_width: export_run(
             args.run, base, version=1, beam_width=beam_width, alpha=ALPHA,
@@ -414,7 +429,8 @@ def main(argv=None) -> int:
             exports[name, beam_width] = exporter(base, beam_width)
             print(f"exported {exports[name, beam_width]} in {time.perf_counter() - start:.1f} s")
 
-    servables = {key: Servable("bench", 1, str(path)) for key, path in exports.items()}
+    # Loaded as the server loads them, warmup replayed (an XLA export compiles its shapes there).
+    servables = {key: load_servable("bench", 1, str(path)) for key, path in exports.items()}
     translators = {
         f"CT2 fp32 {threads}T": ctranslate2.Translator(
             str(ct2_dir), device="cpu", compute_type="float32", inter_threads=1,
@@ -442,11 +458,12 @@ def main(argv=None) -> int:
         print(f"timed beam {beam_width}, batch {batch_size}", flush=True)
     del servables, systems, translators
     ct2_names = [name for name in table[SETTINGS[0]] if name.startswith("CT2")]
-    names = [PROJECT] + ([SHIPPED] if shipped else []) + ct2_names
+    references = [PROJECT] + ([PROJECT_XLA] if args.xla_max_batch else [])
+    names = references + ([SHIPPED] if shipped else []) + ct2_names
     print(f"\n{args.sentences} sentences of {args.sentences_file.name} per setting, alternating "
           f"rounds of {args.round_sentences}; TensorFlow on all cores, CTranslate2 on the "
           "threads named (T)")
-    print_speed(table, names, ct2_names)
+    print_speed(table, names, ct2_names, references)
 
     text = sentences[0]
     print(f"\nfirst call after loading, fresh process each (one sentence: {text!r}):")
