@@ -4,9 +4,10 @@ A version swap under load leaves glibc's heap fragmented: the new version's load
 blocks with the requests' tensors, and glibc cannot hand the old version's pages back (measured,
 `bench/soak.py` on the Multi30k export, 10,000 requests at concurrency 64 with a swap midway:
 RSS +300 MiB across the swap with glibc's malloc, -26 to +58 MiB with jemalloc, which returns
-free pages by itself; tcmalloc kept them all). So `python -m serving` and `keras-transformer serve` start
-once more, at once, with jemalloc preloaded (`LD_PRELOAD`) when `libjemalloc.so.2` is installed
-(Debian and Ubuntu: `apt-get install libjemalloc2`) and no library is preloaded already.
+free pages by itself; tcmalloc kept them all). So `python -m serving` and `keras-transformer
+serve` start once more, at once, with jemalloc preloaded (`LD_PRELOAD`) when `libjemalloc.so.2`
+is installed (Debian and Ubuntu: `apt-get install libjemalloc2`) and no library is preloaded
+already.
 
 `SERVING_ALLOCATOR=system` keeps the C library's malloc; `SERVING_ALLOCATOR=jemalloc` makes a
 missing jemalloc an error instead of a fallback. `MALLOC_CONF`, when set, is jemalloc's own.
