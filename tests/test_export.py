@@ -120,14 +120,19 @@ def test_export_runs_without_project_code_and_matches_the_model(
     assert outputs["project_modules"] == []
 
 
-def test_warmup_file_holds_predict_requests_for_the_signatures(exported):
-    path = exported / "1" / "assets.extra" / "tf_serving_warmup_requests"
+def warmup_requests(version_dir):
+    """The predict requests of an export's warmup file."""
+    path = version_dir / "assets.extra" / "tf_serving_warmup_requests"
     records = [
         prediction_log_pb2.PredictionLog.FromString(record.numpy())
         for record in tf.data.TFRecordDataset(str(path))
     ]
     assert 1 <= len(records) <= 1000  # TF Serving refuses more
-    requests = [record.predict_log.request for record in records]
+    return [record.predict_log.request for record in records]
+
+
+def test_warmup_file_holds_predict_requests_for_the_signatures(exported):
+    requests = warmup_requests(exported / "1")
     assert {request.model_spec.name for request in requests} == {"translator"}
     assert {request.model_spec.signature_name for request in requests} == {
         "serving_default", "translate_tokens"
@@ -233,3 +238,24 @@ def test_warmup_compiles_every_shape_decoded_under_xla(translator):
     for tokens in xla:  # the sentence repeated to the length, in every row
         np.testing.assert_array_equal(tokens[:, : len(sentence)],
                                       np.broadcast_to(sentence, (len(tokens), len(sentence))))
+
+
+def test_cli_exports_with_xla_for_small_batches(trained_run_dir, monkeypatch, tmp_path):
+    def save(module, path, signatures=None):  # no tracing: only what the card reads
+        graph = meta_graph_pb2.MetaGraphDef(meta_info_def={"tags": ["serve"]})
+        with open(os.path.join(path, "saved_model.pb"), "wb") as file:
+            file.write(saved_model_pb2.SavedModel(meta_graphs=[graph]).SerializeToString())
+        saved.append(module)
+
+    saved = []
+    monkeypatch.setattr(tf.saved_model, "save", save)
+    base = tmp_path / "translator"
+    assert main(["export", str(trained_run_dir), "--base", str(base), "--xla-max-batch", "2"]) == 0
+    (translator,) = saved
+    assert translator.xla_max_batch == 2
+    card = json.loads((base / "1" / "assets.extra" / "model_card.json").read_text())
+    assert card["decoding"]["xla_max_batch"] == 2
+    shapes = [tf.make_ndarray(request.inputs["source_tokens"]).shape
+              for request in warmup_requests(base / "1")
+              if request.model_spec.signature_name == "translate_tokens"]
+    assert shapes[1:] == translator.xla_shapes()  # after the plain pre-tokenized request
