@@ -40,6 +40,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer.inference.defaults import DEFAULT_ALPHA
+from keras_transformer.layers.real_positions import power_of_two_at_least
 
 StepFn = Callable[[tf.Tensor, tf.Tensor, object, object], tuple[tf.Tensor, object]]
 
@@ -156,14 +157,6 @@ def _gather_rows_if(condition, nest, rows):
     return tf.cond(condition, lambda: _gather_rows(nest, rows), lambda: nest)
 
 
-def _power_of_two_at_least(count):
-    """The smallest power of two >= `count` (int32 scalar >= 1; 0 for 0), by bit smearing."""
-    bits = count - 1
-    for shift in (1, 2, 4, 8, 16):
-        bits = tf.bitwise.bitwise_or(bits, tf.bitwise.right_shift(bits, shift))
-    return bits + 1
-
-
 def _keep_and_drop(done):
     """Which rows stay in the loop and which leave it, given bool `done` `(rows,)`.
 
@@ -176,7 +169,7 @@ def _keep_and_drop(done):
         first when some leave, else every row in order); bool scalar, whether any row leaves.
     """
     rows = tf.size(done)
-    kept = tf.minimum(rows, _power_of_two_at_least(rows - tf.reduce_sum(tf.cast(done, tf.int32))))
+    kept = tf.minimum(rows, power_of_two_at_least(rows - tf.reduce_sum(tf.cast(done, tf.int32))))
     fewer = kept < rows
     order = tf.argsort(tf.cast(done, tf.int32), stable=True)  # the rows not done first
     keep = tf.cond(fewer, lambda: order[:kept], lambda: tf.range(rows))  # else, in order

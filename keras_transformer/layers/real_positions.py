@@ -31,6 +31,16 @@ def real_positions(padding_mask):
     return tf.where(padding_mask)
 
 
+def power_of_two_at_least(count):
+    """The smallest power of two >= `count` (an int32 or int64 tensor >= 1, elementwise; 0 for
+    0), by smearing the highest set bit of `count - 1` into every lower one."""
+    bits = count - 1
+    shifts = (1, 2, 4, 8, 16) + ((32,) if count.dtype == tf.int64 else ())
+    for shift in shifts:
+        bits = tf.bitwise.bitwise_or(bits, tf.bitwise.right_shift(bits, shift))
+    return bits + 1
+
+
 def bucketed_rows(count):
     """`count` rounded up to one of eight sizes per power of two: `count` itself up to 16, else
     the next multiple of a sixteenth of the power of two at or above it (at most 12.5% more).
@@ -41,10 +51,7 @@ def bucketed_rows(count):
     Returns:
         int64, shaped like `count`.
     """
-    bits = count - 1
-    for shift in (1, 2, 4, 8, 16, 32):
-        bits = tf.bitwise.bitwise_or(bits, tf.bitwise.right_shift(bits, shift))
-    step = tf.maximum((bits + 1) // 16, 1)  # (bits + 1): the power of two at or above count
+    step = tf.maximum(power_of_two_at_least(count) // 16, 1)
     return -(-count // step) * step
 
 
