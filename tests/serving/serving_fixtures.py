@@ -3,7 +3,18 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+# `keras-transformer serve ARGS` without the other sub-commands (they are not needed here).
+SERVE_COMMAND = [sys.executable, "-c", (
+    "import argparse, sys\n"
+    "from keras_transformer.cli import serve\n"
+    "parser = argparse.ArgumentParser()\n"
+    "serve.add_parser(parser.add_subparsers())\n"
+    "args = parser.parse_args(sys.argv[1:])\n"
+    "sys.exit(args.run(args))\n"
+), "serve"]
 
 
 def make_fixture_module(tag: str, heavy_steps: int = 0):

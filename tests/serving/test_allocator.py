@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from serving_fixtures import SERVE_COMMAND
 
 from serving.allocator import DEFAULT_MALLOC_CONF, installed_jemalloc, preload_environment
 from serving.process import LocalServer
@@ -52,16 +53,6 @@ def mapped_libraries(pid: int) -> str:
     return Path(f"/proc/{pid}/maps").read_text()
 
 
-# `keras-transformer serve` without the other sub-commands.
-CLI = [sys.executable, "-c", (
-    "import argparse, sys\n"
-    "from keras_transformer.cli import serve\n"
-    "parser = argparse.ArgumentParser()\n"
-    "serve.add_parser(parser.add_subparsers())\n"
-    "args = parser.parse_args(sys.argv[1:])\n"
-    "sys.exit(args.run(args))\n"
-), "serve"]
-
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and LD_PRELOAD")
@@ -79,7 +70,7 @@ def test_a_served_process_allocates_with_jemalloc_exactly_where_installed(
         monkeypatch.setenv("SERVING_ALLOCATOR", "system")
     flags = ["--model_name=translator",
              f"--model_base_path={fixture_models / 'translator'}"]
-    program = CLI if command == "keras-transformer serve" else None
+    program = SERVE_COMMAND if command == "keras-transformer serve" else None
     with LocalServer(flags, tmp_path / "server.log", command=program) as server:
         server.wait_ready("translator")
         maps = mapped_libraries(server.process.pid)  # the same process after its restart

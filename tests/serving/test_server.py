@@ -7,29 +7,18 @@ import os
 import re
 import shutil
 import socket
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from serving_fixtures import write_fixture_model
+from serving_fixtures import SERVE_COMMAND, write_fixture_model
 
 from serving.client import GrpcClient, RestClient, ServerError
 from serving.process import LocalServer
 
 pytestmark = pytest.mark.slow
-
-# `keras-transformer serve ...` without the other sub-commands (they are not needed here).
-CLI = [sys.executable, "-c", (
-    "import argparse, sys\n"
-    "from keras_transformer.cli import serve\n"
-    "parser = argparse.ArgumentParser()\n"
-    "serve.add_parser(parser.add_subparsers())\n"
-    "args = parser.parse_args(sys.argv[1:])\n"
-    "sys.exit(args.run(args))\n"
-), "serve"]
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -65,7 +54,7 @@ def test_versions_swap_without_failed_requests(fixture_models, tmp_path):
     server = LocalServer(
         [f"--model_base_path={base}", "--model_name=translator",
          "--file_system_poll_wait_seconds=0.2", "--max_num_load_retries=0"],
-        tmp_path / "server.log", command=CLI,
+        tmp_path / "server.log", command=SERVE_COMMAND,
     )
     try:
         # No version yet: the server waits without opening its ports.
