@@ -140,6 +140,12 @@ def test_shared_embeddings_decode_like_the_reference(changes):
     cached = decode(decoder.greedy, source, max_length=6)
     uncached = decode(decoder.greedy, source, max_length=6, use_cache=False)
     np.testing.assert_array_equal(cached[0], uncached[0])
+    # Under XLA a tied output projection multiplies by the transposed embedding, read once.
+    for function in (decoder.greedy, decoder.beam_search):
+        plain = decode(function, source, max_length=6)
+        compiled = decode(function, source, max_length=6, jit_compile=True)
+        np.testing.assert_array_equal(compiled[0], plain[0])
+        np.testing.assert_allclose(compiled[1], plain[1], rtol=1e-5)
 
 
 def test_cross_attention_is_a_distribution_over_real_source_tokens(decoder, sources):
