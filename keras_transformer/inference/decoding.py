@@ -150,8 +150,7 @@ class SequenceDecoder:
         vocabulary rounded up to a multiple of `TOP_K_BLOCK`, the added columns -inf, so that
         beam search finds its top k in blocks (`search.top_k`). The -inf are selected after the
         product: oneDNN's product with a fused bias ran three times slower in bfloat16, and so
-        did a tied embedding transposed beforehand (under XLA, it is transposed once per call:
-        there the product of a beam's rows is twice as fast that way).
+        did a tied embedding transposed beforehand.
         """
         vocab_size = self.target_embedding.vocab_size
         extra = -vocab_size % TOP_K_BLOCK
@@ -166,8 +165,6 @@ class SequenceDecoder:
             dtype = embedding.reverse_dtype or embedding.compute_dtype
             kernel = tf.pad(tf.cast(embedding.embeddings, dtype), ((0, extra), (0, 0)))
             transpose = True
-            if under_xla():  # XLA's CPU product of 4 rows ran 2x faster with (d_model, columns)
-                kernel, transpose = tf.transpose(kernel), False
         never = np.concatenate([self.banned_tokens, np.ones(extra, bool)])
 
         def logits(decoded):

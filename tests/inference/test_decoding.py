@@ -140,7 +140,7 @@ def test_shared_embeddings_decode_like_the_reference(changes):
     cached = decode(decoder.greedy, source, max_length=6)
     uncached = decode(decoder.greedy, source, max_length=6, use_cache=False)
     np.testing.assert_array_equal(cached[0], uncached[0])
-    # Under XLA a tied output projection multiplies by the transposed embedding, read once.
+    # And under XLA, where the searches keep full-length caches and every row.
     for function in (decoder.greedy, decoder.beam_search):
         plain = decode(function, source, max_length=6)
         compiled = decode(function, source, max_length=6, jit_compile=True)
