@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops a reloaded SavedModel needs)
 
+from keras_transformer.text import tokenizer as tokenizer_module
 from keras_transformer.text.tokenizer import (
     RESERVED_TOKENS,
     SubwordTokenizer,
@@ -71,6 +72,28 @@ def test_detokenize_drops_reserved_tokens_anywhere(tokenizers):
     (ids,) = _ids(german, ["Zwei Hunde spielen im Schnee."])
     noisy = [2, *ids[:2], 1, *ids[2:], 3, 0, 0]
     assert _text(german, [noisy]) == _text(german, [ids]) == ["Zwei Hunde spielen im Schnee."]
+
+
+def test_detokenize_joins_pieces_as_tensorflow_texts_bert_tokenizer_does(tokenizers, tmp_path):
+    # Random ids, reserved ones and ids past the vocabulary among them; rows may start with a
+    # "##" piece. The reference: tensorflow-text's own detokenize, words joined by spaces.
+    _, german = tokenizers
+    ids = np.random.default_rng(4).integers(0, german.vocab_size + 3, (64, 12))
+    ids[:8, 0] = [index for index, token in enumerate(german.vocabulary)
+                  if token.startswith("##")][:8]
+    write_vocabulary(german.vocabulary, tmp_path / "vocab.txt")
+    bert = tensorflow_text.BertTokenizer(str(tmp_path / "vocab.txt"))
+    reference = tf.strings.reduce_join(
+        bert.detokenize(tf.ragged.boolean_mask(ids, ids >= len(RESERVED_TOKENS))), axis=-1,
+        separator=" ")
+    ours = german.detokenize(tf.constant(ids, tf.int64))
+    for pattern, rewrite in tokenizer_module._SPACING_RULES:
+        reference = tf.strings.regex_replace(reference, pattern, rewrite)
+    assert ours.numpy().tolist() == reference.numpy().tolist()
+    assert b"[UNK]" in b" ".join(ours.numpy())
+    # Without exporting (and sorting) the vocabulary's lookup table on every call.
+    graph = german.detokenize.get_concrete_function().graph
+    assert "LookupTableExportV2" not in {op.type for op in graph.get_operations()}
 
 
 def test_cut_at_end_pads_everything_from_the_first_end(tokenizers):
