@@ -118,6 +118,7 @@ def server(args: argparse.Namespace, export: Export, batching: bool):
             f"--model_base_path={export.base_path.resolve()}",
             f"--max_instances_per_request={max(args.batch, 1024)}",
             f"--monitoring_config_file={monitoring}",
+            f"--tensorflow_intra_op_parallelism={args.tensorflow_intra_op_parallelism}",
         ]
         if batching:
             params = Path(scratch) / "batching.txt"
@@ -270,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max_batch_size", type=int, default=16)
     parser.add_argument("--batch_timeout_micros", type=int, default=20_000)
     parser.add_argument("--num_batch_threads", type=int, default=2)
+    parser.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0,
+                        help="the servers' threads per TensorFlow op (0: TensorFlow's choice)")
     args = parser.parse_args(argv)
 
     bases = args.model_base_path
@@ -285,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     print(f"{len(exports)} export(s), {os.cpu_count()} CPUs, {args.requests} requests per row; "
           f"batching on: max_batch_size {args.max_batch_size}, batch_timeout_micros "
-          f"{args.batch_timeout_micros}, num_batch_threads {args.num_batch_threads}", flush=True)
+          f"{args.batch_timeout_micros}, num_batch_threads {args.num_batch_threads}; "
+          f"tensorflow_intra_op_parallelism {args.tensorflow_intra_op_parallelism}", flush=True)
 
     results = []
     for export in exports:

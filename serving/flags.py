@@ -43,6 +43,10 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     flag("rest_api_enable_cors_support", type=_bool, default=False)
     flag("rest_api_num_threads", type=int, default=4 * (os.cpu_count() or 1),
          help="threads that run the model when batching is off")
+    flag("tensorflow_intra_op_parallelism", type=int, default=0,
+         help="threads one TensorFlow op may use (0: TensorFlow's choice, every core)")
+    flag("tensorflow_inter_op_parallelism", type=int, default=0,
+         help="TensorFlow ops run at once (0: TensorFlow's choice)")
     flag("model_name", default="default", help="model name in single-model mode")
     flag("model_base_path", default="", help="parent of the numbered version dirs")
     flag("model_config_file", default="", help="text-format ModelServerConfig")
@@ -80,6 +84,8 @@ class ServerOptions:
     rest_timeout_seconds: float
     cors: bool
     num_threads: int
+    intra_op_threads: int
+    inter_op_threads: int
     warmup: bool
     tags: tuple[str, ...]
     max_load_retries: int
@@ -162,6 +168,9 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
 
     if args.rest_api_port and args.rest_api_port == args.port:
         raise ValueError("--rest_api_port must differ from --port")
+    for name in ("tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name} must be >= 0 (0: TensorFlow's choice)")
     return ServerOptions(
         host=args.host,
         grpc_port=args.port,
@@ -175,6 +184,8 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         rest_timeout_seconds=args.rest_api_timeout_in_ms / 1000,
         cors=args.rest_api_enable_cors_support,
         num_threads=max(1, args.rest_api_num_threads),
+        intra_op_threads=args.tensorflow_intra_op_parallelism,
+        inter_op_threads=args.tensorflow_inter_op_parallelism,
         warmup=args.enable_model_warmup,
         tags=tuple(tag.strip() for tag in args.saved_model_tags.split(",") if tag.strip()),
         max_load_retries=max(0, args.max_num_load_retries),

@@ -23,6 +23,7 @@ def test_single_model_flags_and_defaults(tmp_path):
     assert options.file_system_poll_seconds == 1 and options.rest_timeout_seconds == 30
     assert options.batching is None and options.prometheus_path is None
     assert options.tags == ("serve",) and options.warmup
+    assert (options.intra_op_threads, options.inter_op_threads) == (0, 0)  # TensorFlow's choice
 
 
 def test_boolean_flags_accept_tf_spellings(tmp_path):
@@ -64,6 +65,7 @@ def test_config_files(tmp_path):
         ((), "Both --model_base_path and --model_config_file are empty"),
         (("--model_base_path=/m", "--batching_parameters_file=/x"), "without --enable_batching"),
         (("--model_base_path=/m", "--rest_api_port=8500"), "must differ"),
+        (("--model_base_path=/m", "--tensorflow_intra_op_parallelism=-1"), "must be >= 0"),
     ],
 )
 def test_inconsistent_flags(argv, message):

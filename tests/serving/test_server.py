@@ -122,11 +122,14 @@ def test_batching_merges_concurrent_requests_and_sigterm_drains(fixture_models, 
         [f"--model_base_path={fixture_models / 'translator'}", "--model_name=translator",
          "--enable_batching", f"--batching_parameters_file={tmp_path / 'batching.txt'}",
          f"--monitoring_config_file={fixture_models / 'monitoring.config'}",
-         "--rest_api_enable_cors_support"],
+         "--rest_api_enable_cors_support", "--tensorflow_intra_op_parallelism=1",
+         "--tensorflow_inter_op_parallelism=3"],
         tmp_path / "server.log",
     )
     try:
         server.wait_ready("translator")
+        # As TensorFlow reports them after the flags were applied.
+        assert "TensorFlow threads: intra-op 1, inter-op 3" in server.log()
         rest = RestClient(server.rest_url, "translator")
         grpc_client = GrpcClient(server.grpc_target, "translator")
         sentences = [f"satz nummer {i}" for i in range(8)]
