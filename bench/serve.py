@@ -273,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_timeout_micros", type=int, default=20_000)
     parser.add_argument("--num_batch_threads", type=int, default=2)
     # One thread per op: ops on a few rows of a small model cost more to split than to run, so
-    # on 2 cores this served ~1.7x more sentences with batching on (1.2x off) than TensorFlow's
-    # default of every core. The in-process reference runs with the same setting.
+    # on 2 cores this served 1.3-1.7x more sentences with batching on (1.2-1.6x off) than
+    # TensorFlow's default of every core. The in-process reference runs with the same setting.
     parser.add_argument("--tensorflow_intra_op_parallelism", type=int, default=1,
                         help="threads per TensorFlow op in the servers and for the in-process "
                         "reference (0: TensorFlow's choice)")
