@@ -13,14 +13,21 @@ batching off (the server's default: `--rest_api_num_threads` worker threads) and
 - throughput: at each concurrency (1, 8, 32) sends single-sentence REST requests from that many
   closed-loop clients (`bench/loadgen.py`: asyncio, one thread), `--rounds` times alternating
   between the two servers so that both see the same background load; prints sentences/s, p50 /
-  p99 latency and the mean batch the batching server ran (from its Prometheus page);
+  p99 latency, the server's CPU time per sentence (psutil: model, request path and batching
+  together) and the mean batch the batching server ran (from its Prometheus page). With both
+  servers keeping the cores busy, the batching gain is about the ratio of their CPU times per
+  sentence: what batching saves in the model, not what the request path costs;
 - overhead: times one batch of `--batch` sentences in-process (the SavedModel loaded in this
   process) and through REST and gRPC (`serving.client`, the batching-off server), `--repeats`
-  rounds with the order rotated, and takes the median of each round's ratio to in-process.
+  rounds with the order rotated, and takes the median of each round's ratio to in-process;
+- in-process batches: `--num_batch_threads` threads calling the SavedModel on batches of
+  `--max_batch_size`, the ceiling of the batching server's throughput (no requests to read, no
+  client on the cores, no wait for a batch to fill).
 
-Ends with one row per export: overhead at batch 32 and the batching gain (sentences/s on / off)
-at the highest concurrency. Client, servers and model share the machine. Prints figures; not a
-test.
+Ends with one row per export: overhead at batch 32, the batching gain (sentences/s on / off)
+at the highest concurrency, the servers' CPU time per sentence off / on, and the batching
+server's sentences/s there as a share of the in-process batches'. Client, servers and model
+share the machine. Prints figures; not a test.
 """
 
 from __future__ import annotations
@@ -34,10 +41,12 @@ import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import requests
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -149,15 +158,57 @@ def batches_so_far(url: str) -> tuple[float, float]:
     return float(values.get("sum", 0)), float(values.get("count", 0))
 
 
-def overhead(args: argparse.Namespace, export: Export, clients: Server) -> dict:
+def load_signature(args: argparse.Namespace, export: Export):
+    """The export's signature function, loaded in this process."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
+
+    return tf.saved_model.load(str(export.version)).signatures[args.signature_name]
+
+
+def in_process_batches(args: argparse.Namespace, export: Export, function, sentences: int) -> dict:
+    """What the batching server's threads would do without a server: `num_batch_threads`
+    threads calling the signature in-process on batches of `max_batch_size` sentences, about
+    `sentences` in all, after one pass to warm up. Returns {"throughput" (sentences/s), "cpu ms"
+    (this process's CPU time per sentence)}: the most the batching server could answer at full
+    load, with no requests to read, no client sharing the cores and no wait for a batch to
+    fill."""
+    import tensorflow as tf
+
+    size = args.max_batch_size
+    batches = [tf.constant([export.sentences[(start + i) % len(export.sentences)]
+                            for i in range(size)])
+               for start in range(0, max(sentences, size * args.num_batch_threads), size)]
+    process = psutil.Process()
+
+    def run_all() -> tuple[float, float]:
+        pending = iter(batches)
+
+        def worker() -> None:
+            for batch in pending:  # next() on a list iterator is atomic under the GIL
+                function(**{args.input_name: batch})
+
+        threads = [threading.Thread(target=worker) for _ in range(args.num_batch_threads)]
+        start, start_cpu = time.perf_counter(), cpu_time(process)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return time.perf_counter() - start, cpu_time(process) - start_cpu
+
+    run_all()  # warm-up, as the servers had theirs: every batch's shapes seen once
+    wall, cpu = run_all()
+    done = len(batches) * size
+    return {"throughput": done / wall, "cpu ms": cpu / done * 1e3}
+
+
+def overhead(args: argparse.Namespace, export: Export, function, clients: Server) -> dict:
     """One batch in-process, through REST and through gRPC, `repeats` rounds (order rotated each
     round). Returns each path's median seconds and the median of each round's ratio to the
     in-process time: rounds are seconds apart, so the ratio cancels slow changes in load."""
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401
 
     batch = [export.sentences[i % len(export.sentences)] for i in range(args.batch)]
-    function = tf.saved_model.load(str(export.version)).signatures[args.signature_name]
     calls = {
         "in-process": lambda: function(**{args.input_name: tf.constant(batch)}),
         "REST": lambda: clients.rest.translate(batch),
@@ -186,6 +237,8 @@ async def throughput(args: argparse.Namespace, export: Export, off: Server, on: 
     """At each level, rounds alternate between the batching-off and -on servers, so that both see
     the same background load; returns a row per (batching, level)."""
     rows = {}
+    processes = {False: psutil.Process(off.local.process.pid),
+                 True: psutil.Process(on.local.process.pid)}
     options = {"input_name": args.input_name, "output_name": args.output_name}
     async with AsyncClients(off.local.rest_url, off.local.grpc_target, args.model_name,
                             **options) as off_clients, \
@@ -196,57 +249,79 @@ async def throughput(args: argparse.Namespace, export: Export, off: Server, on: 
             for clients in servers.values():  # opens the connections, warms the model up
                 await closed_loop(clients, export.sentences, concurrency, concurrency)
             runs: dict[bool, list[dict]] = {False: [], True: []}
+            cpu_seconds = dict.fromkeys(servers, 0.0)
+            per_round = max(args.requests, args.requests_per_client * concurrency) // args.rounds
             before = await asyncio.to_thread(batches_so_far, on.local.rest_url)
             for _ in range(args.rounds):
                 for batching, clients in servers.items():
+                    start_cpu = cpu_time(processes[batching])
                     runs[batching].append(await closed_loop(
-                        clients, export.sentences, concurrency, args.requests // args.rounds))
+                        clients, export.sentences, concurrency, per_round))
+                    cpu_seconds[batching] += cpu_time(processes[batching]) - start_cpu
             after = await asyncio.to_thread(batches_so_far, on.local.rest_url)
             rows_run, batches = np.subtract(after, before)
             for batching, parts in runs.items():
                 latencies = np.concatenate([p["latencies"] for p in parts]) * 1e3
+                sentences = sum(p["requests"] for p in parts)
                 rows[batching, concurrency] = {
-                    "throughput": sum(p["requests"] for p in parts) / sum(p["wall"] for p in parts),
+                    "throughput": sentences / sum(p["wall"] for p in parts),
                     "p50": np.percentile(latencies, 50),
                     "p99": np.percentile(latencies, 99),
+                    "cpu ms": cpu_seconds[batching] / sentences * 1e3,
                     "mean batch": rows_run / batches if batching and batches else None,
                 }
     return rows
 
 
+def cpu_time(process: psutil.Process) -> float:
+    """Seconds of CPU the process has used so far, its threads' user and system time."""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
 def measure(args: argparse.Namespace, export: Export, levels: list[int]) -> dict:
     """Both servers run side by side: the throughput rows, then the overhead figures on the
-    batching-off one."""
+    batching-off one and the in-process reference for the batching one (servers idle)."""
     with server(args, export, False) as off, server(args, export, True) as on:
         rows = asyncio.run(throughput(args, export, off, on, levels))
-        seconds = overhead(args, export, off)
-    return {"rows": rows, "overhead": seconds}
+        function = load_signature(args, export)
+        seconds = overhead(args, export, function, off)
+        local = in_process_batches(args, export, function,
+                                   args.requests_per_client * max(levels))
+    return {"rows": rows, "overhead": seconds, "in-process batches": local}
 
 
 def print_export(export: Export, result: dict) -> None:
     print(f"\n{export.base_path} (version {export.version.name}, {len(export.sentences)} "
           "sentences)")
     print(f"{'batching':<9}{'clients':>8}{'sentences/s':>13}{'p50 ms':>9}{'p99 ms':>9}"
-          f"{'mean batch':>12}")
+          f"{'CPU ms/sentence':>17}{'mean batch':>12}")
     for (batching, concurrency), row in sorted(result["rows"].items()):
         mean = f"{row['mean batch']:.1f}" if row["mean batch"] else "-"
         print(f"{'on' if batching else 'off':<9}{concurrency:>8}{row['throughput']:>13.1f}"
-              f"{row['p50']:>9.1f}{row['p99']:>9.1f}{mean:>12}")
+              f"{row['p50']:>9.1f}{row['p99']:>9.1f}{row['cpu ms']:>17.2f}{mean:>12}")
+    local = result["in-process batches"]
+    print(f"{'in-process':<17}{local['throughput']:>13.1f}{'-':>9}{'-':>9}"
+          f"{local['cpu ms']:>17.2f}  (no server: batch threads x max batch as batching on)")
 
 
 def print_summary(args: argparse.Namespace, exports: list[Export], results: list[dict],
                   top: int) -> None:
-    print(f"\n{'export':<24}{'in-process':>12}{'REST':>20}{'gRPC':>20}{f'gain at {top}':>12}")
+    print(f"\n{'export':<24}{'in-process':>12}{'REST':>20}{'gRPC':>20}{f'gain at {top}':>12}"
+          f"{'CPU ratio':>11}{'of batches':>12}")
     for export, result in zip(exports, results, strict=True):
         figures = result["overhead"]
         paths = "".join(f"{f'{seconds * 1e3:.1f} ms ({ratio:+.1%})':>20}"
                         for seconds, ratio in (figures["REST"], figures["gRPC"]))
-        gain = result["rows"][True, top]["throughput"] / result["rows"][False, top]["throughput"]
+        off, on = result["rows"][False, top], result["rows"][True, top]
         print(f"{export.base_path.name:<24}{figures['in-process'] * 1e3:>9.1f} ms{paths}"
-              f"{gain:>11.2f}x")
+              f"{on['throughput'] / off['throughput']:>11.2f}x"
+              f"{off['cpu ms'] / on['cpu ms']:>10.2f}x"
+              f"{on['throughput'] / result['in-process batches']['throughput']:>11.0%}")
     print(f"(overhead: batch of {args.batch}, median of {args.repeats} interleaved rounds' ratios "
           f"to in-process, target <= 10%; gain: sentences/s with batching on / off at {top} "
-          "clients, target >= 3x)")
+          "clients, target >= 3x; CPU ratio: the servers' CPU time per sentence, off / on; of "
+          "batches: the batching server's sentences/s at that load over the in-process batches)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,7 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output_name", default="translation")
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--requests", type=int, default=128,
-                        help="requests per level and server, split over --rounds")
+                        help="least requests per level and server, split over --rounds")
+    parser.add_argument("--requests_per_client", type=int, default=16,
+                        help="requests per client and server at each level, if more than "
+                        "--requests: a round of a few batches per batch thread is mostly its "
+                        "ramp-up and tail")
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternations between the batching-off and -on servers per level")
     parser.add_argument("--batch", type=int, default=32, help="batch for the overhead figure")
@@ -295,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     exports = [Export(base, load_sentences(files[i] if files else None))
                for i, base in enumerate(bases)]
     levels = [int(c) for c in args.concurrency.split(",")]
-    print(f"{len(exports)} export(s), {os.cpu_count()} CPUs, {args.requests} requests per row; "
+    print(f"{len(exports)} export(s), {os.cpu_count()} CPUs, at least {args.requests} requests "
+          f"({args.requests_per_client} per client) per row; "
           f"batching on: max_batch_size {args.max_batch_size}, batch_timeout_micros "
           f"{args.batch_timeout_micros}, num_batch_threads {args.num_batch_threads}; "
           f"tensorflow_intra_op_parallelism {args.tensorflow_intra_op_parallelism}", flush=True)
