@@ -158,6 +158,12 @@ def batches_so_far(url: str) -> tuple[float, float]:
     return float(values.get("sum", 0)), float(values.get("count", 0))
 
 
+def cpu_time(process: psutil.Process) -> float:
+    """Seconds of CPU the process has used so far, its threads' user and system time."""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
 def load_signature(args: argparse.Namespace, export: Export):
     """The export's signature function, loaded in this process."""
     import tensorflow as tf
@@ -271,12 +277,6 @@ async def throughput(args: argparse.Namespace, export: Export, off: Server, on: 
                     "mean batch": rows_run / batches if batching and batches else None,
                 }
     return rows
-
-
-def cpu_time(process: psutil.Process) -> float:
-    """Seconds of CPU the process has used so far, its threads' user and system time."""
-    times = process.cpu_times()
-    return times.user + times.system
 
 
 def measure(args: argparse.Namespace, export: Export, levels: list[int]) -> dict:
