@@ -41,8 +41,8 @@ import re
 import statistics
 import sys
 import tempfile
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +92,10 @@ class Export:
     @property
     def version(self) -> Path:
         return latest_version(self.base_path)
+
+    def batch(self, start: int, size: int) -> list[str]:
+        """`size` sentences from the `start`-th on, cycling through the file."""
+        return [self.sentences[i % len(self.sentences)] for i in range(start, start + size)]
 
 
 def load_sentences(path: str | None) -> list[str]:
@@ -182,28 +186,18 @@ def in_process_batches(args: argparse.Namespace, export: Export, function, sente
     import tensorflow as tf
 
     size = args.max_batch_size
-    batches = [tf.constant([export.sentences[(start + i) % len(export.sentences)]
-                            for i in range(size)])
+    batches = [tf.constant(export.batch(start, size))
                for start in range(0, max(sentences, size * args.num_batch_threads), size)]
+
+    def call(batch):
+        return function(**{args.input_name: batch})
+
     process = psutil.Process()
-
-    def run_all() -> tuple[float, float]:
-        pending = iter(batches)
-
-        def worker() -> None:
-            for batch in pending:  # next() on a list iterator is atomic under the GIL
-                function(**{args.input_name: batch})
-
-        threads = [threading.Thread(target=worker) for _ in range(args.num_batch_threads)]
+    with ThreadPoolExecutor(args.num_batch_threads) as threads:
+        list(threads.map(call, batches))  # warm-up, as the servers had theirs
         start, start_cpu = time.perf_counter(), cpu_time(process)
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return time.perf_counter() - start, cpu_time(process) - start_cpu
-
-    run_all()  # warm-up, as the servers had theirs: every batch's shapes seen once
-    wall, cpu = run_all()
+        list(threads.map(call, batches))
+        wall, cpu = time.perf_counter() - start, cpu_time(process) - start_cpu
     done = len(batches) * size
     return {"throughput": done / wall, "cpu ms": cpu / done * 1e3}
 
@@ -214,7 +208,7 @@ def overhead(args: argparse.Namespace, export: Export, function, clients: Server
     in-process time: rounds are seconds apart, so the ratio cancels slow changes in load."""
     import tensorflow as tf
 
-    batch = [export.sentences[i % len(export.sentences)] for i in range(args.batch)]
+    batch = export.batch(0, args.batch)
     calls = {
         "in-process": lambda: function(**{args.input_name: tf.constant(batch)}),
         "REST": lambda: clients.rest.translate(batch),
