@@ -16,7 +16,9 @@ batching off (the server's default: `--rest_api_num_threads` worker threads) and
   p99 latency, the server's CPU time per sentence (psutil: model, request path and batching
   together) and the mean batch the batching server ran (from its Prometheus page). With both
   servers keeping the cores busy, the batching gain is about the ratio of their CPU times per
-  sentence: what batching saves in the model, not what the request path costs;
+  sentence: what batching saves in the model, not what the request path costs. So it depends on
+  the export's search (named in each header, from the model card): beam search already runs
+  `beam_width` rows per sentence at batch 1, which leaves batching less per-step work to share;
 - overhead: times one batch of `--batch` sentences in-process (the SavedModel loaded in this
   process) and through REST and gRPC (`serving.client`, the batching-off server), `--repeats`
   rounds with the order rotated, and takes the median of each round's ratio to in-process;
@@ -54,6 +56,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from loadgen import AsyncClients, closed_loop  # noqa: E402  (bench/ is the script's folder)
 
+from keras_transformer.model_card import read_model_card  # noqa: E402
 from serving.client import GrpcClient, RestClient  # noqa: E402
 from serving.process import LocalServer  # noqa: E402
 
@@ -92,6 +95,12 @@ class Export:
     @property
     def version(self) -> Path:
         return latest_version(self.base_path)
+
+    @property
+    def search(self) -> str:
+        """The search the export runs, from its model card: "beam 4", "greedy" or "?"."""
+        beam = read_model_card(self.version).get("decoding", {}).get("beam_width")
+        return "?" if beam is None else "greedy" if beam == 1 else f"beam {beam}"
 
     def batch(self, start: int, size: int) -> list[str]:
         """`size` sentences from the `start`-th on, cycling through the file."""
@@ -286,8 +295,8 @@ def measure(args: argparse.Namespace, export: Export, levels: list[int]) -> dict
 
 
 def print_export(export: Export, result: dict) -> None:
-    print(f"\n{export.base_path} (version {export.version.name}, {len(export.sentences)} "
-          "sentences)")
+    print(f"\n{export.base_path} (version {export.version.name}, {export.search}, "
+          f"{len(export.sentences)} sentences)")
     print(f"{'batching':<9}{'clients':>8}{'sentences/s':>13}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'CPU ms/sentence':>17}{'mean batch':>12}")
     for (batching, concurrency), row in sorted(result["rows"].items()):
@@ -301,14 +310,15 @@ def print_export(export: Export, result: dict) -> None:
 
 def print_summary(args: argparse.Namespace, exports: list[Export], results: list[dict],
                   top: int) -> None:
-    print(f"\n{'export':<24}{'in-process':>12}{'REST':>20}{'gRPC':>20}{f'gain at {top}':>12}"
-          f"{'CPU ratio':>11}{'of batches':>12}")
+    print(f"\n{'export':<24}{'search':>8}{'in-process':>12}{'REST':>20}{'gRPC':>20}"
+          f"{f'gain at {top}':>12}{'CPU ratio':>11}{'of batches':>12}")
     for export, result in zip(exports, results, strict=True):
         figures = result["overhead"]
         paths = "".join(f"{f'{seconds * 1e3:.1f} ms ({ratio:+.1%})':>20}"
                         for seconds, ratio in (figures["REST"], figures["gRPC"]))
         off, on = result["rows"][False, top], result["rows"][True, top]
-        print(f"{export.base_path.name:<24}{figures['in-process'] * 1e3:>9.1f} ms{paths}"
+        print(f"{export.base_path.name:<24}{export.search:>8}"
+              f"{figures['in-process'] * 1e3:>9.1f} ms{paths}"
               f"{on['throughput'] / off['throughput']:>11.2f}x"
               f"{off['cpu ms'] / on['cpu ms']:>10.2f}x"
               f"{on['throughput'] / result['in-process batches']['throughput']:>11.0%}")
