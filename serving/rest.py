@@ -2,6 +2,8 @@
 
 Every answer of the `/v1/` handler is JSON (`{"error": ...}` on failure, with TF's status ->
 HTTP mapping); other paths get a plain 404; the Prometheus page is served on its own path.
+Requests aiohttp cannot parse (a request line or header over its 8190-byte limit, say) are
+answered as JSON errors too, by the connection protocol (`_JsonErrorProtocol`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
 from urllib.parse import unquote
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
+from aiohttp.http_exceptions import LineTooLong
 from google.protobuf import json_format
 
 from serving import examples, json_tensor
@@ -39,6 +45,11 @@ _CORS_HEADERS = {
     "Access-Control-Allow-Headers": "Content-Type",
 }
 _INT64_MAX = 2**63 - 1
+_BODY_APIS = ("predict", "classify", "regress")  # status and metadata ignore the body
+
+
+class _BodyTooLarge(Exception):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +69,21 @@ def _parse_version(text: str | None) -> int | None:
 
 
 class RestApi:
-    """Builds the aiohttp application.
+    """Builds the aiohttp server of the REST API.
 
     Args:
         predictor: runs requests and holds the metrics.
         prometheus_path: where the Prometheus page is served (`None`: not served).
         timeout_seconds: requests that take longer answer 504.
         cors: add TF Serving's CORS headers to every answer.
-        max_request_bytes: larger bodies answer 413.
+        max_request_bytes: larger bodies (after decompression) answer 413.
+
+    Example:
+        ```python
+        runner = web.ServerRunner(RestApi(predictor).server(access_log=None))
+        await runner.setup()
+        await web.TCPSite(runner, "0.0.0.0", 8501).start()
+        ```
     """
 
     def __init__(
@@ -82,12 +100,16 @@ class RestApi:
         self._cors = cors
         self._max_request_bytes = max_request_bytes
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self._max_request_bytes)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        return app
+    def server(self, **protocol_args: Any) -> web.Server:
+        """The low-level aiohttp server answering every request; run it with `web.ServerRunner`.
 
-    async def _handle(self, request: web.Request) -> web.Response:
+        Args:
+            **protocol_args: keyword arguments of `aiohttp.web.RequestHandler` (`access_log`,
+                `max_line_size`, ...).
+        """
+        return _JsonErrorServer(self._handle, **protocol_args)
+
+    async def _handle(self, request: web.BaseRequest) -> web.Response:
         if self._prometheus_path is not None and request.path == self._prometheus_path:
             return web.Response(
                 body=self._predictor.metrics.render().encode(),
@@ -103,16 +125,25 @@ class RestApi:
 
         start = time.perf_counter()
         model, api, error = "", "", None
+        body, body_error = b"", None
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+            body = await self._read_body(request)
+        except _BodyTooLarge:
             headers["Content-Type"] = "application/json"
             message = f"Request body exceeds the limit of {self._max_request_bytes} bytes"
             return web.Response(status=413, body=json_tensor.error_body(message).encode(),
                                 headers=headers)
+        except web.RequestPayloadError as failure:
+            # E.g. `Content-Encoding: gzip` on a body that is not gzip. TF Serving reads such a
+            # body as empty ("The document is empty"); saying what failed is more useful.
+            # aiohttp's parser error (the cause) has the bare message.
+            reason = getattr(failure.__cause__, "message", "") or str(failure)
+            body_error = invalid_argument(f"Failed to read the request body: {reason}")
         try:
             route = self._route(request.method, path)
             model, api = route.model, route.api
+            if body_error is not None and api in _BODY_APIS:
+                raise body_error
             async with asyncio.timeout(self._timeout):  # no extra task, unlike wait_for
                 text = await self._answer(route, body)
             status = 200
@@ -129,7 +160,35 @@ class RestApi:
             status, text = error.http_status, json_tensor.error_body(error.message)
         self._predictor.record(model, api, "REST", error, time.perf_counter() - start)
         headers["Content-Type"] = "application/json"
-        return web.Response(status=status, body=text.encode(), headers=headers)
+        response = web.Response(status=status, body=text.encode(), headers=headers)
+        if body_error is not None:
+            # The parser gave up on this body: close the connection rather than frame another
+            # request from what follows, and end the stream so that aiohttp does not drain it
+            # (re-raising the decode error into its log) after this answer.
+            response.force_close()
+            request.content.feed_eof()
+        return response
+
+    async def _read_body(self, request: web.BaseRequest) -> bytes:
+        """The whole body, decompressed as its `Content-Encoding` says.
+
+        Raises:
+            _BodyTooLarge: over `max_request_bytes`, before or after decompression.
+            aiohttp.web.RequestPayloadError: the body cannot be decoded.
+        """
+        if (request.content_length or 0) > self._max_request_bytes:
+            raise _BodyTooLarge()
+        if request.version == HttpVersion11 and (
+            request.headers.get("Expect", "").lower() == "100-continue"
+        ):  # curl asks before sending bodies over 1 KiB (aiohttp's router would answer this)
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the response proper has not started
+        body = bytearray()
+        while chunk := await request.content.readany():
+            body += chunk
+            if len(body) > self._max_request_bytes:
+                raise _BodyTooLarge()
+        return bytes(body)
 
     @staticmethod
     def _route(method: str, path: str) -> _Route:
@@ -189,3 +248,59 @@ class RestApi:
             "model_spec": {"name": model, "signature_name": "", "version": str(servable.version)},
             "metadata": {"signature_def": signature_defs},
         }, indent=1)
+
+
+class _JsonErrorProtocol(web.RequestHandler):
+    """aiohttp's connection protocol, answering its own errors as `{"error": ...}` JSON.
+
+    aiohttp answers a request it cannot parse (request line or header over `max_line_size` /
+    `max_field_size`, a bad method, broken chunking) from the protocol, before any handler or
+    middleware runs (aio-libs/aiohttp#3287), in plain text; `handle_error` is where it builds that
+    answer, and also the 500 for a handler that raised. TF Serving's clients expect JSON errors.
+    """
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        # aiohttp's own answer logs the failure and refuses if a response has already started.
+        super().handle_error(request, status, exc, message)
+        if isinstance(exc, LineTooLong):
+            text = "Malformed request: request line or header too long"
+            if len(exc.args) > 1:  # LineTooLong(line, limit, actual_size)
+                text += f" (over {exc.args[1]} bytes)"
+        elif status < 500 and message:
+            text = f"Malformed request: {message}"
+        else:  # details stay in the log
+            text = HTTPStatus(status).phrase
+        response = web.Response(
+            status=status,
+            body=json_tensor.error_body(text).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        response.force_close()
+        return response
+
+
+class _JsonErrorServer(web.Server):
+    """`aiohttp.web.Server` making `_JsonErrorProtocol` connections.
+
+    Args:
+        handler: answers each parsed request.
+        **protocol_args: keyword arguments of `aiohttp.web.RequestHandler`.
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+        **protocol_args: Any,
+    ):
+        super().__init__(handler)
+        self._protocol_args = protocol_args
+        self._protocol_loop = asyncio.get_running_loop()
+
+    def __call__(self) -> web.RequestHandler:
+        return _JsonErrorProtocol(self, loop=self._protocol_loop, **self._protocol_args)

@@ -85,10 +85,9 @@ async def _serve(options: ServerOptions, batching: BatchOptions | None) -> int:
         ("grpc.max_send_message_length", 2**31 - 1),
     ])
     add_services(grpc_server, predictor, options.max_request_bytes)
-    runner = web.AppRunner(
+    runner = web.ServerRunner(
         RestApi(predictor, options.prometheus_path, options.rest_timeout_seconds, options.cors,
-                options.max_request_bytes).app(),
-        access_log=None,
+                options.max_request_bytes).server(access_log=None)
     )
     status = 0
     try:
@@ -133,7 +132,7 @@ async def _load_models(manager: ModelManager, stop: asyncio.Event) -> int | None
 
 
 async def _open_ports(options: ServerOptions, grpc_server: grpc.aio.Server,
-                      runner: web.AppRunner) -> None:
+                      runner: web.ServerRunner) -> None:
     grpc_server.add_insecure_port(f"{options.host}:{options.grpc_port}")
     await grpc_server.start()
     log.info("Running gRPC ModelServer at %s:%d ...", options.host, options.grpc_port)

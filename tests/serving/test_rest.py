@@ -4,7 +4,9 @@ import asyncio
 import base64
 import gzip
 import json
+import socket
 from types import SimpleNamespace
+from urllib.parse import urlsplit
 
 import aiohttp
 import numpy as np
@@ -27,6 +29,27 @@ def url(shared_server):
 def post(url, path, body, **kwargs):
     data = body if isinstance(body, (bytes, str)) else json.dumps(body)
     return requests.post(f"{url}{path}", data=data, timeout=30, **kwargs)
+
+
+def raw_exchange(url, request: bytes, *, then: bytes = b"") -> tuple[int, dict, bytes, bytes]:
+    """Sends `request` over a plain socket (for what `requests` will not send), then `then` once
+    the server has answered `100 Continue`; returns the final status, headers, body and anything
+    that came before them."""
+    address = urlsplit(url)
+    with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
+        sock.sendall(request)
+        received, interim = b"", b""
+        if then:
+            while b"\r\n\r\n" not in received:
+                received += sock.recv(65536)
+            interim, received = received.split(b"\r\n\r\n", 1)
+            sock.sendall(then)
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, body = received.split(b"\r\n\r\n", 1)
+    status_line, *header_lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in header_lines)
+    return int(status_line.split()[1]), headers, body, interim
 
 
 def assert_error(response, status, fragment):
@@ -161,6 +184,49 @@ def test_errors_are_json_with_contract_status(url, method, path, body, status, f
     assert_error(response, status, fragment)
 
 
+def test_undecodable_gzip_body_is_400_and_server_survives(url):
+    gzip_header = {"Content-Encoding": "gzip"}
+    for _ in range(2):  # and again: the first one did not take the server down
+        response = post(url, "/v1/models/translator:predict", b"not gzip at all",
+                        headers=gzip_header)
+        assert_error(response, 400, "Failed to read the request body: Can not decode "
+                                    "content-encoding: gzip")
+    # Status requests ignore the body, as TF Serving's do.
+    response = requests.get(f"{url}/v1/models/translator", data=b"junk", headers=gzip_header,
+                            timeout=10)
+    assert response.ok, response.text
+    assert post(url, "/v1/models/translator:predict", {"instances": ["ok"]}).ok
+
+
+@pytest.mark.parametrize("where", ["request line", "header"])
+def test_overlong_request_line_or_header_is_json_400(url, where):
+    path, header = "/v1/models/translator", ""
+    if where == "request line":
+        path += "/versions/" + "1" * 8200
+    else:
+        header = "X-Long: " + "a" * 9000 + "\r\n"
+    request = f"GET {path} HTTP/1.1\r\nHost: test\r\n{header}Connection: close\r\n\r\n"
+    status, headers, body, _ = raw_exchange(url, request.encode())
+    assert status == 400, body
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body) == {
+        "error": "Malformed request: request line or header too long (over 8190 bytes)"
+    }
+    assert requests.get(f"{url}/v1/models/translator", timeout=10).ok
+
+
+def test_expect_100_continue_is_answered(url):
+    body = json.dumps({"instances": ["guten morgen"]}).encode()
+    request = (b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+               b"Expect: 100-continue\r\nConnection: close\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body))
+    status, _, answer, interim = raw_exchange(url, request, then=body)
+    assert interim == b"HTTP/1.1 100 Continue"
+    assert status == 200 and json.loads(answer)["predictions"][0]["translation"] == (
+        "morgen guten v1"
+    )
+
+
 def test_oversized_body_is_413_and_server_survives(url):
     big = {"instances": ["x" * 300_000]}
     assert_error(post(url, "/v1/models/translator:predict", big), 413, "exceeds the limit")
@@ -224,7 +290,7 @@ def test_slow_requests_answer_504():
     port = free_port()
 
     async def main():
-        runner = web.AppRunner(api.app())
+        runner = web.ServerRunner(api.server())
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
@@ -238,6 +304,35 @@ def test_slow_requests_answer_504():
     status, body = asyncio.run(main())
     assert status == 504 and body == {"error": "Request timed out after 200 ms"}
     assert predictor.recorded == [("m", "predict", "REST", "DEADLINE_EXCEEDED")]
+
+
+class BrokenMetricsPredictor(SlowPredictor):
+    """Fails where the handler does not expect a failure: after the answer is computed."""
+
+    async def run(self, servable, signature, inputs, api):
+        return {"translation": inputs["text"]}
+
+    def record(self, model, api, entrypoint, error, seconds):
+        raise RuntimeError("metrics are broken")
+
+
+def test_unexpected_handler_failures_are_json_500():
+    api = RestApi(BrokenMetricsPredictor())
+    port = free_port()
+
+    async def main():
+        runner = web.ServerRunner(api.server())
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with aiohttp.ClientSession() as session, session.post(
+                f"http://127.0.0.1:{port}/v1/models/m:predict", json={"instances": ["a"]}
+            ) as response:
+                return response.status, response.headers["Content-Type"], await response.json()
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(main()) == (500, "application/json", {"error": "Internal Server Error"})
 
 
 def test_deep_nesting_is_a_client_error_at_every_depth(url):
